@@ -1,0 +1,112 @@
+"""`patchset fetch` and `patchset apply`: the pinned tree plus the series, on branch `patched`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from builder import upstream
+from builder.errors import WorkTreeError
+from builder.locking import project_lock
+from builder.pin import Pin, load_pin
+from builder.progress import ProgressSink
+from builder.project import Project
+from builder.series import Series, load_series
+from builder.worktree import (
+    PATCHED,
+    UPSTREAM,
+    Operation,
+    PatchOutcome,
+    WorkRepo,
+    ensure_no_op,
+    fingerprint,
+)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    noop: bool
+    head: str
+    upstream: str
+    outcomes: tuple[PatchOutcome, ...] = ()
+    backups: tuple[str, ...] = ()
+    fetched: upstream.Fetched | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def fetch(project: Project, progress: ProgressSink | None = None) -> upstream.Fetched:
+    return upstream.fetch(project.cache_dir, load_pin(project.pin_file), progress)
+
+
+def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin, Series, upstream.Fetched, WorkRepo]:
+    pin = load_pin(project.pin_file)
+    series = load_series(project.patches_dir)
+    fetched = upstream.fetch(project.cache_dir, pin, progress)
+    work = WorkRepo(project.work_repo)
+    work.attach_upstream(fetched, pin)
+    return pin, series, fetched, work
+
+
+def apply(project: Project, force: bool = False, progress: ProgressSink | None = None) -> ApplyResult:
+    """Make `patched` = pin + series. Does nothing when nothing changed; never loses work."""
+    with project_lock(project.lock_file):
+        pin, series, fetched, work = prepare(project, progress)
+        ensure_no_op(work)
+        state = work.load_state()
+        fp = fingerprint(pin, fetched.tree, series)
+        head = work.head()
+        up_to_date = (state.fingerprint == fp and head is not None and head == state.applied_head
+                      and state.upstream == fetched.commit)
+        if up_to_date and not work.git.is_dirty():
+            if work.git.current_branch() != PATCHED:
+                work.git.run("checkout", "--quiet", PATCHED)
+            return ApplyResult(True, head or "", fetched.commit, fetched=fetched)
+        reasons = work.unsaved_work(state)
+        if up_to_date and not reasons:
+            reasons = ["the work tree has uncommitted changes"]
+        backups: list[str] = []
+        if reasons:
+            if not force:
+                raise WorkTreeError(
+                    f"{work.path}: refusing to re-apply: " + "; ".join(reasons)
+                    + ". Run `patchset refresh` to write commits back to patches/, commit or stash your "
+                    "changes, or `patchset apply --force` (saves them under refs/patchset/backup/ first)"
+                )
+            backups = work.backup("apply --force")
+        mails = [(f"{p.index:04d}.patch", p.path.read_bytes()) for p in series.patches]
+        op = Operation("apply", [], head, work.git.current_branch(), None,
+                       extra={"fingerprint": fp, "names": [p.name for p in series.patches]})
+        work.start(op, mails, UPSTREAM)
+        outcomes = work.run_queue()
+        return _finish(work, fetched, fp, outcomes, backups)
+
+
+def _finish(work: WorkRepo, fetched: upstream.Fetched, fp: str, outcomes: list[PatchOutcome],
+            backups: list[str] | tuple[str, ...] = ()) -> ApplyResult:
+    state = work.load_state()
+    names = (state.op.extra.get("names", []) if state.op else [])
+    named = [PatchOutcome(names[i] if i < len(names) else o.name, o.outcome, o.commit) for i, o in enumerate(outcomes)]
+    head = work.head() or ""
+    work.finish({"fingerprint": fp, "applied_head": head, "upstream": fetched.commit})
+    return ApplyResult(False, head, fetched.commit, tuple(named), tuple(backups), fetched)
+
+
+def continue_apply(project: Project) -> ApplyResult:
+    with project_lock(project.lock_file):
+        pin, series, fetched, work = prepare(project)
+        state = work.load_state()
+        if state.op is None or state.op.kind != "apply":
+            raise WorkTreeError(f"{work.path}: no apply is stopped at a conflict")
+        outcomes = work.continue_op()
+        fp = state.op.extra.get("fingerprint", "")
+        # a resolved conflict makes `patched` differ from patches/: the fingerprint still says
+        # which series it came from, and `status` shows the patch as dirty until `refresh`
+        return _finish(work, fetched, fp, outcomes)
+
+
+def abort_apply(project: Project) -> None:
+    with project_lock(project.lock_file):
+        work = WorkRepo(project.work_repo)
+        state = work.load_state() if work.exists() else None
+        if state is None or state.op is None or state.op.kind != "apply":
+            raise WorkTreeError(f"{project.work_repo}: no apply is stopped at a conflict")
+        work.abort_op()

@@ -1,0 +1,62 @@
+"""The `patchset` command: parse arguments, call the library, turn results and errors into text
+and exit codes. Exit codes are decided here and nowhere else."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+
+from builder import __version__
+from builder.commands import COMMANDS
+from builder.console import err_console, setup_logging
+from builder.errors import PatchsetError
+from builder.project import load_project
+
+# variables that would silently point our git commands at another repository
+_GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"patchset {__version__}")
+    parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
+    parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
+    parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        cmd.add_arguments(p)
+        p.set_defaults(handler=cmd.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    for var in _GIT_REDIRECTS:
+        os.environ.pop(var, None)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.debug)
+    try:
+        project = load_project(root=args.project, pin_file=args.pin)
+        return int(args.handler(args, project))
+    except PatchsetError as e:
+        if args.debug:
+            err_console.print_exception()
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

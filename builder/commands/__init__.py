@@ -1,0 +1,5 @@
+"""One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> exit code."""
+
+from builder.commands import apply_cmd, check_cmd, fetch_cmd, rebase_cmd, refresh_cmd, status_cmd
+
+COMMANDS = [fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd]

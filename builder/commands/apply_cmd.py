@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.apply import abort_apply, apply, continue_apply
+from builder.console import CliProgress, console
+from builder.project import Project
+from builder.worktree import PatchOutcome
+
+NAME = "apply"
+HELP = "fetch if needed, then build branch 'patched' = pinned upstream + the series in the work repository"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    g.add_argument("--abort", action="store_true", help="give up a stopped apply and restore the state before")
+    p.add_argument("--force", action="store_true",
+                   help="re-apply even over uncommitted work or unsaved commits (saved under refs/patchset/backup/)")
+
+
+def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> None:
+    for i, o in enumerate(outcomes, 1):
+        console.print(f"  {i:>3} {o.name}: {o.outcome}", highlight=False)
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    if args.abort:
+        abort_apply(project)
+        console.print("apply aborted; the work repository is back where it was")
+        return 0
+    result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
+    for b in result.backups:
+        console.print(f"saved: {b}")
+    if result.noop:
+        console.print(f"patched is up to date at {result.head[:12]} ({project.work_repo})")
+        return 0
+    print_outcomes(result.outcomes)
+    console.print(f"patched = upstream + {len(result.outcomes)} patch(es) at {result.head[:12]} ({project.work_repo})")
+    return 0

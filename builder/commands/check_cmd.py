@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.console import console
+from builder.errors import EXIT_FAILED
+from builder.project import Project
+from builder.series import lint
+
+NAME = "check"
+HELP = "lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    series, findings = lint(project.patches_dir)
+    for f in findings:
+        console.print(str(f), highlight=False, markup=False)
+    if findings:
+        console.print(f"{len(findings)} problem(s) in {project.patches_dir}")
+        return EXIT_FAILED
+    console.print(f"series OK: {len(series.patches)} patch(es)")
+    return 0

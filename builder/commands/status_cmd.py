@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from rich.table import Table
+
+from builder.console import console
+from builder.project import Project
+from builder.status import status
+
+NAME = "status"
+HELP = "show the pin, whether its source is verified, and each patch's state"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    st = status(project)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(st), indent=1, default=str))
+        return 0
+    pin = st.pin
+    console.print(f"pin: {pin.name} {pin.tag or ''} {pin.commit} tree {pin.tree}", highlight=False)
+    console.print(f"source: {'verified, from ' + st.source if st.verified else 'not fetched yet (run patchset fetch)'}")
+    clean = "clean" if st.work_tree_clean else "UNCOMMITTED CHANGES"
+    console.print(f"work repository: {st.work_repo} (branch {st.branch or '-'}, {clean})", highlight=False)
+    if st.operation:
+        console.print(f"[bold yellow]a {st.operation} is stopped at a conflict[/]: --continue or --abort")
+    table = Table("#", "patch", "applied", "dirty", "upstream")
+    for p in st.patches:
+        table.add_row(str(p.index), p.name, "yes" if p.applied else "no",
+                      "DIRTY" if p.dirty else "", p.upstream_status)
+    console.print(table)
+    if st.extra_commits:
+        console.print(f"{st.extra_commits} commit(s) on 'patched' are not in patches/ yet: run `patchset refresh`")
+    for prob in st.problems:
+        console.print(f"problem: {prob}", highlight=False)
+    return 0

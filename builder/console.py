@@ -1,0 +1,69 @@
+"""Terminal output for the CLI: one rich console, progress only on a terminal, NO_COLOR respected."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+console = Console(stderr=False, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
+
+
+def interactive() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("CI")
+
+
+def setup_logging(debug: bool) -> None:
+    logger = logging.getLogger("patchset")
+    logger.handlers.clear()
+    handler: logging.Handler
+    if interactive():
+        handler = RichHandler(console=err_console, show_time=False, show_path=False)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
+    logger.propagate = False
+
+
+class CliProgress:
+    """A rich progress bar on a terminal; a plain line every few seconds in CI logs."""
+
+    def __init__(self, plain_every_s: float = 10.0) -> None:
+        self._bar: Progress | None = None
+        self._task = None
+        self._label = ""
+        self._last = 0.0
+        self._every = plain_every_s
+
+    def begin(self, label: str, total: int | None = None) -> None:
+        self._label = label
+        if interactive():
+            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total)
+        else:
+            console.print(f"{label} ...")
+            self._last = time.monotonic()
+
+    def update(self, completed: int, total: int | None = None, detail: str = "") -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=completed, total=total if total is not None else None,
+                             description=f"{self._label} {detail}".strip())
+        elif time.monotonic() - self._last >= self._every:
+            of = f"/{total}" if total else ""
+            console.print(f"  {self._label}: {completed}{of} {detail}".rstrip())
+            self._last = time.monotonic()
+
+    def end(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -1,0 +1,74 @@
+"""Every error patchset raises, under one root, each kind with its exit code.
+
+The CLI turns these into one line and an exit code in one place (`builder.cli`); the library
+never exits or prints verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a check, test or proof failed
+EXIT_USAGE = 2  # bad input or usage
+EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
+
+
+class PatchsetError(Exception):
+    """Root of every error patchset raises on purpose."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(PatchsetError):
+    """Bad input: a malformed pin, series, patch or argument. Names the file, line or patch."""
+
+
+class PinError(InputError):
+    """The pin file is missing or malformed."""
+
+
+class SeriesError(InputError):
+    """The series or a patch file is malformed."""
+
+
+class SourceError(PatchsetError):
+    """No source gave verified upstream content (download failed, checksum or tree mismatch)."""
+
+    exit_code = EXIT_FAILED
+
+
+class WorkTreeError(PatchsetError):
+    """The work repository is in a state we refuse to touch (uncommitted work, unsaved commits)."""
+
+
+class ConflictError(PatchsetError):
+    """A patch did not apply; the operation stopped and can be continued or aborted."""
+
+    exit_code = EXIT_CONFLICT
+
+
+class BuildError(PatchsetError):
+    """Configure or compile failed."""
+
+    exit_code = EXIT_FAILED
+
+
+class TestRunError(PatchsetError):
+    """A test program could not be run at all (missing binary, unreadable output)."""
+
+    exit_code = EXIT_FAILED
+
+
+class ProcessError(PatchsetError):
+    """A subprocess exited non-zero. Carries the command, exit code and captured output."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, cmd: Sequence[str], returncode: int, stdout: str = "", stderr: str = "") -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
+        super().__init__(f"command failed with exit code {returncode}: {' '.join(self.cmd)}: {tail[0]}")

@@ -1,0 +1,164 @@
+"""Source distributions as an untrusted mirror: download, checksum, safe extraction."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from pathlib import Path, PurePosixPath
+
+from builder import proc
+from builder.errors import ProcessError, SourceError
+from builder.pin import SdistSource
+from builder.progress import NullProgress, ProgressSink
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _requirement_name(requirement: str) -> str:
+    m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if not m:
+        raise SourceError(f"cannot read a package name from requirement '{requirement}'")
+    return m.group(1)
+
+
+def download(src: SdistSource, downloads_dir: Path, tmp_root: Path) -> Path:
+    """The verified archive in the download cache, downloading it when it is not there yet.
+
+    A cached file is re-hashed before use: the cache is a folder anyone can write to.
+    """
+    final_dir = downloads_dir / src.sha256
+    if final_dir.is_dir():
+        for f in sorted(final_dir.iterdir()):
+            if f.is_file() and sha256_file(f) == src.sha256:
+                return f
+        shutil.rmtree(final_dir)
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=tmp_root))
+    try:
+        if src.requirement:
+            name = _requirement_name(src.requirement)
+            # --no-binary only for the package itself: ':all:' would also force its build
+            # requirements (cmake, ninja) to compile from source just to read metadata.
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name,
+                   "--progress-bar", "off", "--disable-pip-version-check", "-d", str(tmp), src.requirement]
+            try:
+                proc.run(cmd, timeout=1800)
+            except ProcessError as e:
+                raise SourceError(f"pip download {src.requirement} failed: {e.stderr.strip()[-300:]}") from e
+        else:
+            target = tmp / (PurePosixPath(src.url.split("?")[0]).name or "archive.tar.gz")
+            try:
+                with urllib.request.urlopen(src.url, timeout=60) as r, target.open("wb") as fh:
+                    shutil.copyfileobj(r, fh)
+            except (OSError, ValueError) as e:
+                raise SourceError(f"download {src.url} failed: {e}") from e
+        files = [f for f in tmp.iterdir() if f.is_file()]
+        if len(files) != 1:
+            raise SourceError(f"expected one archive from {src.requirement or src.url}, got {len(files)}")
+        got = sha256_file(files[0])
+        if got != src.sha256:
+            raise SourceError(
+                f"{files[0].name}: sha256 mismatch: expected {src.sha256}, found {got}; "
+                "the download was discarded"
+            )
+        final_dir.mkdir(parents=True, exist_ok=True)
+        dest = final_dir / files[0].name
+        files[0].replace(dest)
+        return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _top_folder(names: list[str]) -> str:
+    tops = {PurePosixPath(n).parts[0] for n in names if PurePosixPath(n).parts}
+    return tops.pop() if len(tops) == 1 else ""
+
+
+def _check_member(m: tarfile.TarInfo, archive: Path) -> None:
+    p = PurePosixPath(m.name)
+    if m.name.startswith("/") or p.is_absolute() or ".." in p.parts or "\\" in m.name:
+        raise SourceError(f"{archive.name}: refused: member '{m.name}' points outside the archive")
+    if m.issym() or m.islnk():
+        target = PurePosixPath(m.linkname)
+        base = p.parent if m.issym() else PurePosixPath()
+        if target.is_absolute() or _escapes(base / target):
+            raise SourceError(f"{archive.name}: refused: link '{m.name}' -> '{m.linkname}' leaves the tree")
+    elif not (m.isfile() or m.isdir()):
+        raise SourceError(f"{archive.name}: refused: member '{m.name}' is not a file, folder or link")
+
+
+def _escapes(path: PurePosixPath) -> bool:
+    depth = 0
+    for part in path.parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
+def extract_subdir(
+    archive: Path, subdir: str, dest: Path, progress: ProgressSink | None = None
+) -> int:
+    """Extract `subdir` of the archive's top folder into `dest`; returns the number of files.
+
+    Every member of the whole archive is checked first, so a hostile archive is refused outright
+    rather than partly extracted. `.git` entries (the sdist carries a submodule link file) are
+    left out: they are not part of the upstream tree.
+    """
+    progress = progress or NullProgress()
+    try:
+        tf = tarfile.open(archive, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise SourceError(f"{archive.name}: not a readable tar archive: {e}") from e
+    with tf:
+        members = tf.getmembers()
+        for m in members:
+            _check_member(m, archive)
+        top = _top_folder([m.name for m in members])
+        prefix = PurePosixPath(top, subdir) if top else PurePosixPath(subdir)
+        chosen: list[tarfile.TarInfo] = []
+        for m in members:
+            p = PurePosixPath(m.name)
+            try:
+                rel = p.relative_to(prefix)
+            except ValueError:
+                continue
+            if rel == PurePosixPath(".") or ".git" in rel.parts:
+                continue
+            m = m.replace(name=str(rel), deep=False)
+            if m.islnk():
+                try:
+                    link_rel = PurePosixPath(m.linkname).relative_to(prefix)
+                except ValueError:
+                    raise SourceError(
+                        f"{archive.name}: refused: hard link '{m.name}' -> '{m.linkname}' leaves '{prefix}'"
+                    ) from None
+                m = m.replace(linkname=str(link_rel), deep=False)
+            chosen.append(m)
+        if not any(m.isfile() for m in chosen):
+            raise SourceError(f"{archive.name}: no files under '{prefix}'")
+        dest.mkdir(parents=True, exist_ok=True)
+        progress.begin(f"extracting {prefix}", len(chosen))
+        for i, m in enumerate(chosen, 1):
+            # the 'data' filter is a second line of defence: it re-checks paths and links and
+            # drops device files and setuid bits
+            tf.extract(m, dest, filter="data")
+            if i % 200 == 0:
+                progress.update(i)
+        progress.update(len(chosen))
+        progress.end()
+    return sum(1 for m in chosen if m.isfile() or m.issym())

@@ -1,0 +1,123 @@
+"""Write `patches/` back from the `patched` branch, byte-stable."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import upstream
+from builder.errors import WorkTreeError
+from builder.fsutil import atomic_write, atomic_write_text
+from builder.gitrepo import ISOLATED, GitRepo
+from builder.locking import project_lock
+from builder.pin import load_pin
+from builder.project import Project
+from builder.series import load_series, read_series_file
+from builder.worktree import PATCHED, UPSTREAM, WorkRepo, ensure_no_op, fingerprint
+
+# Each flag makes the file depend only on the commit, never on when, where or by which git it
+# was written (Electron's patch exporter does the same):
+FORMAT_PATCH_FLAGS = (
+    "--zero-commit",  # From line 0000...: the commit id changes with every re-apply
+    "--full-index",  # full blob ids: 3-way merges can always find the base version
+    "--no-signature",  # no "-- 2.39.5" footer that changes with the installed git
+    "--keep-subject",  # no [PATCH n/m]: adding a patch must not rewrite all the others
+    "--no-stat",  # a diffstat repeats the diff and churns with unrelated edits
+    "--no-renames",  # rename detection varies with config and version; plain diffs do not
+    "--no-numbered",
+)
+
+
+@dataclass(frozen=True)
+class FileChange:
+    name: str
+    change: str  # unchanged | updated | added | removed
+
+
+def normalize(mail: bytes) -> bytes:
+    """Exactly one trailing newline: only newlines are stripped, never a context line's space."""
+    return mail.rstrip(b"\n") + b"\n"
+
+
+def format_mails(git: GitRepo, *revs: str) -> list[tuple[str, bytes]]:
+    """`git format-patch` of `revs` as (file name, normalized bytes), oldest first."""
+    with tempfile.TemporaryDirectory(prefix="patchset-fp-") as tmp:
+        git.run("format-patch", *FORMAT_PATCH_FLAGS, "-o", tmp, *revs, env=ISOLATED)
+        files = sorted(Path(tmp).glob("*.patch"))
+        return [(f.name, normalize(f.read_bytes())) for f in files]
+
+
+def mail_for_commit(git: GitRepo, commit: str) -> bytes:
+    """The normalized mail of one commit, byte for byte as refresh would write it."""
+    return format_mails(git, "-1", commit)[0][1]
+
+
+_HEADER = "# patchset series: one patch file per line, applied in order (written by `patchset refresh`)\n"
+
+
+def write_series(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[FileChange]:
+    """Make `patches/` hold exactly these mails, listed in this order; report what changed."""
+    series_file = patches_dir / "series"
+    old_entries, _ = read_series_file(series_file)
+    old_names = [e.name for e in old_entries]
+    changes: list[FileChange] = []
+    for name, data in mails:
+        path = patches_dir / name
+        if path.exists() and path.read_bytes() == data:
+            changes.append(FileChange(name, "unchanged"))
+            continue
+        atomic_write(path, data)
+        changes.append(FileChange(name, "updated" if name in old_names else "added"))
+    new_names = [n for n, _ in mails]
+    for name in old_names:
+        if name not in new_names:
+            (patches_dir / name).unlink(missing_ok=True)
+            changes.append(FileChange(name, "removed"))
+    header = _leading_comments(series_file) or _HEADER
+    text = header + "".join(f"{n}\n" for n in new_names)
+    if not series_file.exists() or series_file.read_text(encoding="utf-8") != text:
+        atomic_write_text(series_file, text)
+    return changes
+
+
+def _leading_comments(series_file: Path) -> str:
+    """Keep the comment block a person wrote at the top of the series file."""
+    if not series_file.exists():
+        return ""
+    lines = []
+    for line in series_file.read_text(encoding="utf-8").splitlines(keepends=True):
+        if re.match(r"^\s*(#|$)", line):
+            lines.append(line)
+        else:
+            break
+    return "".join(lines)
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    changes: tuple[FileChange, ...]
+    warnings: tuple[str, ...]
+
+
+def refresh(project: Project) -> RefreshResult:
+    """Write the commits of upstream..patched back as patches/ and the series file."""
+    with project_lock(project.lock_file):
+        work = WorkRepo(project.work_repo)
+        if not work.exists() or work.head() is None:
+            raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+        ensure_no_op(work)
+        mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
+        changes = write_series(project.patches_dir, mails)
+        warnings = []
+        dirty = work.git.is_dirty()
+        if dirty:
+            warnings.append(f"{len(dirty)} uncommitted change(s) in {work.path} are not in patches/: commit them "
+                            "on 'patched' and refresh again")
+        pin = load_pin(project.pin_file)
+        series = load_series(project.patches_dir)
+        fetched = upstream.lookup(project.cache_dir, pin)
+        work.finish({"fingerprint": fingerprint(pin, fetched.tree if fetched else pin.tree, series),
+                     "applied_head": work.head() or ""})
+        return RefreshResult(tuple(changes), tuple(warnings))

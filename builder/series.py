@@ -1,0 +1,358 @@
+"""The patch series: `patches/series` (quilt/Debian format) and the format-patch mails it lists.
+
+Per-patch metadata lives in the commit message as git trailers (`Patchset-*`), so it travels
+with the commit through apply, refresh and rebase. `docs/series-format.md` documents them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from builder import proc
+from builder.errors import ProcessError, SeriesError
+
+BACKENDS = ("cpu", "cuda", "metal")
+STATUSES = ("pending", "submitted", "merged", "fork-only")
+BEFORE_KINDS = ("test-fails", "build-fails")
+TRAILER_PREFIX = "Patchset-"
+KNOWN_TRAILERS = (
+    "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
+    "Patchset-Before", "Patchset-Mutation",
+)
+_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation"}
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """One test command a patch declares: `tests/<program>.cpp` run with `args`."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    backends: tuple[str, ...] | None = None
+    """Where this command runs; None: on every backend the patch declares."""
+
+    def runs_on(self, backend: str, declared: tuple[str, ...]) -> bool:
+        return backend in (self.backends if self.backends is not None else declared)
+
+    def __str__(self) -> str:
+        prefix = f"[{','.join(self.backends)}] " if self.backends is not None else ""
+        return prefix + " ".join([self.program, *self.args])
+
+
+@dataclass(frozen=True)
+class PatchMeta:
+    """What a patch's trailers say about it."""
+
+    status: str = "pending"
+    status_ref: str = ""
+    """The pull-request URL (submitted) or upstream commit (merged)."""
+    backends: tuple[str, ...] = ()
+    """Backends on which the known-positive proof can run."""
+    tests: tuple[TestSpec, ...] = ()
+    test_paths: tuple[str, ...] = ()
+    before: str = "test-fails"
+    mutation: str = ""
+    """Path of a known-bad variant of the fix, relative to `patches/`."""
+
+    def backends_for_tests(self) -> tuple[str, ...]:
+        """Every backend on which at least one declared test runs."""
+        found: list[str] = list(self.backends)
+        for t in self.tests:
+            for b in t.backends or ():
+                if b not in found:
+                    found.append(b)
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch file of the series."""
+
+    index: int
+    name: str
+    path: Path
+    subject: str
+    author: str
+    date: str
+    message: str
+    """Subject and body as git am will commit them, trailers included."""
+    files: tuple[str, ...]
+    meta: PatchMeta
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One lint problem, located."""
+
+    file: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    name: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Series:
+    series_file: Path
+    patches: tuple[Patch, ...] = field(default_factory=tuple)
+
+    def by_name(self, name: str) -> Patch:
+        for p in self.patches:
+            if name in (p.name, str(p.index), f"{p.index:04d}") or p.name.startswith(f"{name}-"):
+                return p
+        raise SeriesError(f"{self.series_file}: no patch named '{name}'")
+
+
+def read_series_file(path: Path) -> tuple[list[SeriesEntry], list[Finding]]:
+    """Entries in order, and the problems with the file's syntax."""
+    entries: list[SeriesEntry] = []
+    findings: list[Finding] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], [Finding(path, 0, "series file not found")]
+    seen: dict[str, int] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if not line:
+            continue
+        parts = line.split()
+        name, opts = parts[0], parts[1:]
+        if opts and opts != ["-p1"]:
+            findings.append(Finding(path, n, f"unsupported option(s) {' '.join(opts)} (only -p1)"))
+        pp = PurePosixPath(name)
+        if pp.is_absolute() or ".." in pp.parts:
+            findings.append(Finding(path, n, f"'{name}' points outside patches/"))
+            continue
+        if name in seen:
+            findings.append(Finding(path, n, f"duplicate entry '{name}' (first on line {seen[name]})"))
+            continue
+        seen[name] = n
+        entries.append(SeriesEntry(name, n))
+    return entries, findings
+
+
+def _line_of(text: str, needle: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return n
+    return 0
+
+
+_DIFF_PATH_LINES = re.compile(r"^(diff --git |--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
+
+
+def _bad_paths(text: str, path: Path) -> tuple[list[str], list[Finding]]:
+    """Paths the diff touches, and the ones that escape the tree, with their lines."""
+    files: list[str] = []
+    findings: list[Finding] = []
+    in_diff = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("diff --git "):
+            in_diff = True
+        if not in_diff:
+            continue
+        m = _DIFF_PATH_LINES.match(line)
+        if not m:
+            continue
+        kind, rest = m.group(1), m.group(2)
+        candidates = rest.split(" ") if kind == "diff --git " else [rest.split("\t")[0]]
+        for c in candidates:
+            if c == "/dev/null":
+                continue
+            stripped = c[2:] if c[:2] in ("a/", "b/") and kind in ("diff --git ", "--- ", "+++ ") else c
+            p = PurePosixPath(stripped)
+            if c.startswith("/") or p.is_absolute() or ".." in p.parts:
+                findings.append(Finding(path, n, f"touches a path outside the tree: '{c}'"))
+            elif (kind == "+++ " and stripped not in files) or (kind == "rename to " and stripped not in files):
+                files.append(stripped)
+    return files, findings
+
+
+def _mailinfo(path: Path) -> tuple[dict[str, str], str]:
+    """Parse a mail the way git am will: headers, and the commit message (subject + body)."""
+    with tempfile.TemporaryDirectory(prefix="patchset-mailinfo-") as tmp:
+        msg, patch = Path(tmp) / "msg", Path(tmp) / "patch"
+        # -k: keep the subject exactly, as `git am -k` will
+        r = proc.run(["git", "mailinfo", "-k", "--encoding=UTF-8", str(msg), str(patch)],
+                     input_text=path.read_text(encoding="utf-8", errors="replace"), check=False)
+        if r.returncode != 0:
+            raise SeriesError(f"{path}: not a patch mail: {r.stderr.strip()}")
+        headers: dict[str, str] = {}
+        for line in r.stdout.splitlines():
+            key, _, value = line.partition(": ")
+            headers[key] = value
+        body = msg.read_text(encoding="utf-8", errors="replace")
+        has_patch = patch.stat().st_size > 0
+    if not has_patch:
+        raise SeriesError(f"{path}: holds no diff")
+    subject = headers.get("Subject", "").strip()
+    message = subject + ("\n\n" + body.strip() + "\n" if body.strip() else "\n")
+    return headers, message
+
+
+def parse_trailers(message: str) -> list[tuple[str, str]]:
+    """The trailer block of a commit message, parsed by git itself."""
+    try:
+        r = proc.run(["git", "interpret-trailers", "--parse", "--no-divider"], input_text=message)
+    except ProcessError as e:
+        raise SeriesError(f"cannot parse trailers: {e}") from e
+    out: list[tuple[str, str]] = []
+    for line in r.stdout.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def _parse_test(value: str) -> TestSpec:
+    backends: tuple[str, ...] | None = None
+    m = re.match(r"^\[([^\]]*)\]\s*(.*)$", value)
+    if m:
+        backends = tuple(b.strip() for b in m.group(1).split(",") if b.strip())
+        bad = [b for b in backends if b not in BACKENDS]
+        if bad or not backends:
+            raise ValueError(f"unknown backend(s) {', '.join(bad) or '(none)'} in [{m.group(1)}]")
+        value = m.group(2)
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        raise ValueError(f"cannot split '{value}': {e}") from e
+    if not words:
+        raise ValueError("names no program")
+    if not re.match(r"^[A-Za-z0-9_.-]+$", words[0]):
+        raise ValueError(f"'{words[0]}' is not a test program name (tests/<name>.cpp)")
+    return TestSpec(words[0], tuple(words[1:]), backends)
+
+
+def meta_from_trailers(
+    trailers: list[tuple[str, str]], text: str, path: Path, patches_dir: Path
+) -> tuple[PatchMeta, list[Finding]]:
+    """Build the metadata; every malformed or unknown `Patchset-*` trailer is a finding."""
+    findings: list[Finding] = []
+    kw: dict = {}
+    tests: list[TestSpec] = []
+    seen: set[str] = set()
+
+    def bad(key: str, value: str, why: str) -> None:
+        findings.append(Finding(path, _line_of(text, f"{key}: {value}") or _line_of(text, key), f"{key}: {why}"))
+
+    for key, value in trailers:
+        if not key.lower().startswith(TRAILER_PREFIX.lower()):
+            continue
+        canon = next((k for k in KNOWN_TRAILERS if k.lower() == key.lower()), None)
+        if canon is None:
+            bad(key, value, f"unknown trailer (known: {', '.join(KNOWN_TRAILERS)})")
+            continue
+        if canon in _SINGLE and canon in seen:
+            bad(key, value, "given more than once")
+            continue
+        seen.add(canon)
+        if canon == "Patchset-Status":
+            word, _, ref = value.partition(" ")
+            if word not in STATUSES:
+                bad(key, value, f"'{word}' is not one of {', '.join(STATUSES)}")
+            elif word in ("submitted", "merged") and not ref.strip():
+                bad(key, value, f"'{word}' needs a {'pull-request URL' if word == 'submitted' else 'commit'}")
+            else:
+                kw["status"], kw["status_ref"] = word, ref.strip()
+        elif canon == "Patchset-Backends":
+            names = tuple(value.replace(",", " ").split())
+            unknown = [b for b in names if b not in BACKENDS]
+            if unknown or not names:
+                bad(key, value, f"unknown backend(s) {', '.join(unknown) or '(none)'}; known: {', '.join(BACKENDS)}")
+            else:
+                kw["backends"] = names
+        elif canon == "Patchset-Test":
+            try:
+                tests.append(_parse_test(value))
+            except ValueError as e:
+                bad(key, value, str(e))
+        elif canon == "Patchset-Test-Paths":
+            paths = tuple(value.split())
+            escaping = [p for p in paths if PurePosixPath(p).is_absolute() or ".." in PurePosixPath(p).parts]
+            if escaping or not paths:
+                bad(key, value, f"paths must be relative and inside the tree: {' '.join(escaping) or '(none)'}")
+            else:
+                kw["test_paths"] = paths
+        elif canon == "Patchset-Before":
+            if value not in BEFORE_KINDS:
+                bad(key, value, f"'{value}' is not one of {', '.join(BEFORE_KINDS)}")
+            else:
+                kw["before"] = value
+        elif canon == "Patchset-Mutation":
+            mp = PurePosixPath(value)
+            if mp.is_absolute() or ".." in mp.parts or not value:
+                bad(key, value, "must be a path inside patches/")
+            elif not (patches_dir / value).is_file():
+                bad(key, value, f"mutation file {patches_dir / value} does not exist")
+            else:
+                kw["mutation"] = value
+    return PatchMeta(tests=tuple(tests), **kw), findings
+
+
+def parse_patch(path: Path, index: int, patches_dir: Path) -> tuple[Patch | None, list[Finding]]:
+    """One patch file; None with findings when it cannot be used at all."""
+    if not path.is_file():
+        return None, [Finding(path, 0, "listed in the series but the file does not exist")]
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        headers, message = _mailinfo(path)
+    except SeriesError as e:
+        return None, [Finding(path, 0, str(e).removeprefix(f"{path}: "))]
+    files, findings = _bad_paths(text, path)
+    if findings:
+        return None, findings
+    # git's own parser decides whether the diff is well-formed
+    r = proc.run(["git", "apply", "--numstat", "-"], input_text=text, check=False)
+    if r.returncode != 0:
+        return None, [Finding(path, 0, f"not a parseable patch: {r.stderr.strip().splitlines()[0]}")]
+    if not headers.get("Subject"):
+        findings.append(Finding(path, 0, "has no Subject header"))
+    meta, meta_findings = meta_from_trailers(parse_trailers(message), text, path, patches_dir)
+    findings += meta_findings
+    author = f"{headers.get('Author', '')} <{headers.get('Email', '')}>"
+    return Patch(index, path.name, path, headers.get("Subject", ""), author, headers.get("Date", ""),
+                 message, tuple(files), meta), findings
+
+
+def lint(patches_dir: Path) -> tuple[Series, list[Finding]]:
+    """Everything wrong with the series, and the patches that could be parsed."""
+    series_file = patches_dir / "series"
+    entries, findings = read_series_file(series_file)
+    patches: list[Patch] = []
+    for i, entry in enumerate(entries, 1):
+        patch, f = parse_patch(patches_dir / entry.name, i, patches_dir)
+        if patch is None and f and f[0].line == 0 and "does not exist" in f[0].message:
+            f = [Finding(series_file, entry.line, f"'{entry.name}' is listed but the file does not exist")]
+        findings += f
+        if patch is not None:
+            patches.append(patch)
+    listed = {e.name for e in entries}
+    mutations = {p.meta.mutation for p in patches if p.meta.mutation}
+    if patches_dir.is_dir():
+        for f in sorted(patches_dir.rglob("*.patch")):
+            rel = f.relative_to(patches_dir).as_posix()
+            if rel not in listed and rel not in mutations and not rel.startswith("mutations/"):
+                findings.append(Finding(f, 0, "patch file is not listed in the series"))
+    return Series(series_file, tuple(patches)), findings
+
+
+def load_series(patches_dir: Path) -> Series:
+    """The series, or SeriesError naming the first problem (with file and line)."""
+    series, findings = lint(patches_dir)
+    if findings:
+        more = f" (and {len(findings) - 1} more; run `patchset check`)" if len(findings) > 1 else ""
+        raise SeriesError(f"{findings[0]}{more}")
+    return series

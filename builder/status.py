@@ -1,0 +1,70 @@
+"""`patchset status`: the pin, its source, and each patch's state in the work repository."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builder import upstream
+from builder.pin import Pin, load_pin
+from builder.project import Project
+from builder.refresh import mail_for_commit
+from builder.series import lint
+from builder.worktree import PATCHED, UPSTREAM, WorkRepo
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    index: int
+    name: str
+    subject: str
+    applied: bool
+    dirty: bool
+    """The work branch's commit differs from the patch file (refresh would change it)."""
+    upstream_status: str
+
+
+@dataclass(frozen=True)
+class Status:
+    pin: Pin
+    verified: bool
+    source: str
+    work_repo: str
+    branch: str | None
+    work_tree_clean: bool
+    operation: str | None
+    patches: tuple[PatchStatus, ...]
+    extra_commits: int
+    """Commits on `patched` beyond the series (not yet refreshed)."""
+    problems: tuple[str, ...]
+
+
+def status(project: Project) -> Status:
+    pin = load_pin(project.pin_file)
+    fetched = upstream.lookup(project.cache_dir, pin)
+    series, findings = lint(project.patches_dir)
+    work = WorkRepo(project.work_repo)
+    commits: list[str] = []
+    branch, clean, op = None, True, None
+    if work.exists():
+        head = work.head()
+        if head and work.git.rev(UPSTREAM):
+            commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
+        branch = work.git.current_branch()
+        clean = not work.git.is_dirty()
+        state = work.load_state()
+        op = state.op.kind if state.op else None
+    rows = []
+    for i, p in enumerate(series.patches):
+        applied = dirty = False
+        if i < len(commits):
+            mail = mail_for_commit(work.git, commits[i])
+            applied = True
+            dirty = mail != p.path.read_bytes()
+        ref = f" {p.meta.status_ref}" if p.meta.status_ref else ""
+        rows.append(PatchStatus(p.index, p.name, p.subject, applied, dirty, p.meta.status + ref))
+    return Status(
+        pin=pin, verified=fetched is not None, source=fetched.source if fetched else "",
+        work_repo=str(work.path), branch=branch, work_tree_clean=clean, operation=op,
+        patches=tuple(rows), extra_commits=max(0, len(commits) - len(series.patches)),
+        problems=tuple(str(f) for f in findings),
+    )

@@ -1,0 +1,217 @@
+"""Verified upstream source in a shared cache: fetch the pin from the first source that works.
+
+The cache holds one bare repository per upstream. A pin is fetched once; afterwards
+`refs/patchset/pins/<commit>` points at a commit whose tree is the pinned tree. Everything a
+source brings lands first in a quarantine repository that borrows the cache's objects, and only
+moves into the cache once its tree id matched: a bad download or a mismatching mirror leaves
+the cache exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from builder import mirror
+from builder.errors import ProcessError, SourceError
+from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
+from builder.pin import GitSource, Pin, SdistSource, Source
+from builder.progress import NullProgress, ProgressSink
+
+log = logging.getLogger("patchset")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The pinned upstream, present and verified in the cache."""
+
+    repo: Path
+    """The cache's bare repository."""
+    commit: str
+    """The commit in that repository whose tree is the pinned tree (the pin's own commit for a
+    git source; a deterministic import commit for an sdist, which carries no history)."""
+    tree: str
+    source: str
+    """Which source it came from, in words."""
+    cached: bool
+    """True when nothing had to be fetched."""
+
+
+def describe(src: Source) -> str:
+    if isinstance(src, GitSource):
+        return f"git {src.url}"
+    return f"sdist {src.requirement or src.url}"
+
+
+def pin_ref(pin: Pin) -> str:
+    return f"refs/patchset/pins/{pin.commit}"
+
+
+def cache_repo_path(cache_dir: Path, pin: Pin) -> Path:
+    return cache_dir / "upstream" / f"{pin.name}.git"
+
+
+def _record_path(repo: Path, pin: Pin) -> Path:
+    return repo / "patchset-pins" / f"{pin.commit}.json"
+
+
+def lookup(cache_dir: Path, pin: Pin) -> Fetched | None:
+    """The cached, verified pin, or None. Cheap: two git queries, no lock."""
+    path = cache_repo_path(cache_dir, pin)
+    if not (path / "HEAD").exists():
+        return None
+    repo = GitRepo(path)
+    commit = repo.rev(pin_ref(pin))
+    if commit is None:
+        return None
+    record = _record_path(path, pin)
+    try:
+        info = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if repo.run("rev-parse", f"{commit}^{{tree}}", check=False).stdout.strip() != info.get("tree"):
+        return None
+    if pin.tree and info.get("tree") != _expected_tree(pin, info.get("source_index")):
+        return None
+    return Fetched(path, commit, info["tree"], info.get("source", "?"), cached=True)
+
+
+def _expected_tree(pin: Pin, index: int | None) -> str:
+    if index is not None and 0 <= index < len(pin.sources):
+        src = pin.sources[index]
+        if isinstance(src, SdistSource) and src.tree:
+            return src.tree
+    return pin.tree
+
+
+def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_timeout: float = 1800) -> Fetched:
+    """Make the pinned tree present and verified in the cache; a no-op when it already is."""
+    found = lookup(cache_dir, pin)
+    if found:
+        return found
+    progress = progress or NullProgress()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(cache_dir / "lock"), timeout=lock_timeout):
+            # another process may have fetched it while we waited for the lock
+            found = lookup(cache_dir, pin)
+            if found:
+                return found
+            return _fetch_locked(cache_dir, pin, progress)
+    except Timeout as e:
+        raise SourceError(f"{cache_dir / 'lock'}: another patchset process holds the cache lock") from e
+
+
+def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
+    path = cache_repo_path(cache_dir, pin)
+    if not (path / "HEAD").exists():
+        init_repo(path, bare=True)
+    repo = GitRepo(path)
+    tmp_root = cache_dir / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    failures: list[str] = []
+    for index, src in enumerate(pin.sources):
+        log.info("fetching %s %s from %s", pin.name, pin.short, describe(src))
+        quarantine = Path(tempfile.mkdtemp(prefix="quarantine-", dir=tmp_root))
+        try:
+            q = init_repo(quarantine / "q.git", bare=True)
+            (quarantine / "q.git" / "objects" / "info" / "alternates").write_text(
+                str((path / "objects").resolve()) + "\n"
+            )
+            if isinstance(src, GitSource):
+                commit = _fetch_git(q, src, pin)
+            else:
+                commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress)
+            _migrate_objects(quarantine / "q.git" / "objects", path / "objects")
+        except SourceError as e:
+            failures.append(f"{describe(src)}: {e}")
+            log.warning("source failed: %s: %s", describe(src), e)
+            continue
+        finally:
+            shutil.rmtree(quarantine, ignore_errors=True)
+        repo.update_ref(pin_ref(pin), commit, f"patchset fetch from {describe(src)}")
+        record = _record_path(path, pin)
+        record.parent.mkdir(exist_ok=True)
+        record.write_text(json.dumps(
+            {"commit": pin.commit, "local": commit, "tree": repo.tree_of(commit),
+             "source": describe(src), "source_index": index}, indent=1))
+        return Fetched(path, commit, repo.tree_of(commit), describe(src), cached=False)
+    raise SourceError(f"no source gave verified {pin.name} {pin.commit}:\n  " + "\n  ".join(failures))
+
+
+def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:
+    # a commit id is content-addressed, so fetching by id verifies the history; the tree is
+    # still compared because the pin's tree id may have been recorded from a mirror
+    try:
+        q.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", "fetch", "--quiet", "--depth=1",
+              "--no-tags", src.url, pin.commit, env={"GIT_TERMINAL_PROMPT": "0"}, timeout=3600)
+    except ProcessError as e:
+        raise SourceError(f"git fetch failed: {e.stderr.strip().splitlines()[-1:] or e}") from e
+    commit = q.out("rev-parse", "FETCH_HEAD")
+    if commit != pin.commit:
+        raise SourceError(f"asked for commit {pin.commit}, the remote sent {commit}")
+    tree = q.tree_of(commit)
+    if pin.tree and tree != pin.tree:
+        raise SourceError(
+            f"commit {pin.short} has tree {tree}, the pin records {pin.tree}; "
+            "the pin's tree id is wrong or was taken from a different tree"
+        )
+    return commit
+
+
+def _import_sdist(
+    q: GitRepo, src: SdistSource, pin: Pin, cache_dir: Path, quarantine: Path, progress: ProgressSink
+) -> str:
+    archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
+    files = quarantine / "files"
+    count = mirror.extract_subdir(archive, src.subdir, files, progress)
+    progress.begin(f"importing {count} files", None)
+    env = {**ISOLATED, "GIT_INDEX_FILE": str(quarantine / "index")}
+    # --force: upstream tracks files that its own .gitignore matches; a plain add drops them
+    q.run("--work-tree", str(files), "add", "--all", "--force", ".", env=env)
+    tree = q.out("write-tree", env=env)
+    progress.end()
+    expected = src.tree or pin.tree
+    if tree != expected:
+        raise SourceError(
+            f"{archive.name}: imported tree {tree} does not match the pinned tree {expected} "
+            f"({count} files under {src.subdir}); the import was discarded"
+        )
+    date = f"{pin.date}T00:00:00Z" if pin.date and "T" not in pin.date else (pin.date or "1970-01-01T00:00:00Z")
+    ident = {
+        **ISOLATED, **COMMITTER,
+        "GIT_AUTHOR_NAME": f"{pin.name} upstream", "GIT_AUTHOR_EMAIL": "upstream@patchset.invalid",
+        "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date,
+    }
+    message = (
+        f"{pin.name} {pin.tag or pin.short} ({pin.commit}) imported from {src.requirement or src.url}\n\n"
+        f"Tree {tree} verified against the pin. The archive carries no history, so this commit\n"
+        f"stands in for upstream {pin.commit}.\n"
+    )
+    # deterministic author, committer and date: the same archive always gives the same commit id
+    return q.out("commit-tree", tree, "-m", message, env=ident)
+
+
+def _migrate_objects(src: Path, dst: Path) -> None:
+    """Move a quarantine's objects into the cache: packs before their indexes, as git does."""
+    for sub in sorted(p for p in src.iterdir() if p.is_dir() and len(p.name) == 2):
+        target = dst / sub.name
+        target.mkdir(exist_ok=True)
+        for obj in sub.iterdir():
+            dest = target / obj.name
+            if not dest.exists():
+                obj.replace(dest)
+    pack_src = src / "pack"
+    if pack_src.is_dir():
+        (dst / "pack").mkdir(exist_ok=True)
+        files = sorted(pack_src.iterdir(), key=lambda p: (p.suffix == ".idx", p.name))
+        for f in files:
+            dest = dst / "pack" / f.name
+            if not dest.exists():
+                f.replace(dest)

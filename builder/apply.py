@@ -92,7 +92,7 @@ def _finish(work: WorkRepo, fetched: upstream.Fetched, fp: str, outcomes: list[P
 
 def continue_apply(project: Project) -> ApplyResult:
     with project_lock(project.lock_file):
-        pin, series, fetched, work = prepare(project)
+        _pin, _series, fetched, work = prepare(project)
         state = work.load_state()
         if state.op is None or state.op.kind != "apply":
             raise WorkTreeError(f"{work.path}: no apply is stopped at a conflict")

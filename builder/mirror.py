@@ -121,7 +121,7 @@ def extract_subdir(
     """
     progress = progress or NullProgress()
     try:
-        tf = tarfile.open(archive, "r:*")
+        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
     except (tarfile.TarError, OSError) as e:
         raise SourceError(f"{archive.name}: not a readable tar archive: {e}") from e
     with tf:
@@ -131,15 +131,14 @@ def extract_subdir(
         top = _top_folder([m.name for m in members])
         prefix = PurePosixPath(top, subdir) if top else PurePosixPath(subdir)
         chosen: list[tarfile.TarInfo] = []
-        for m in members:
-            p = PurePosixPath(m.name)
+        for member in members:
             try:
-                rel = p.relative_to(prefix)
+                rel = PurePosixPath(member.name).relative_to(prefix)
             except ValueError:
                 continue
             if rel == PurePosixPath(".") or ".git" in rel.parts:
                 continue
-            m = m.replace(name=str(rel), deep=False)
+            m = member.replace(name=str(rel), deep=False)
             if m.islnk():
                 try:
                     link_rel = PurePosixPath(m.linkname).relative_to(prefix)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +58,6 @@ def run(
     input_text: str | None = None,
 ) -> Completed:
     """Run a short command with its output captured. Raises ProcessError when `check` and it fails."""
-    import time
-
     argv = tuple(str(c) for c in cmd)
     log.debug("RUN: %s", " ".join(argv))
     start = time.monotonic()
@@ -89,8 +88,6 @@ def stream(
     Never raises for a non-zero exit: builds and tests are judged by their caller, which has the
     log. Returns the whole output as `stdout` (stderr is merged into it).
     """
-    import time
-
     argv = tuple(str(c) for c in cmd)
     log.debug("RUN: %s", " ".join(argv))
     log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -68,8 +68,8 @@ def rebase(project: Project, onto: str) -> RebaseResult:
                                 + ". Run `patchset refresh` or commit/stash first")
         fetched = upstream.fetch(project.cache_dir, new_pin)
         if not new_pin.tree:
-            new_pin = dataclasses.replace(new_pin, tree=fetched.tree,
-                                          tree_note=f"Tree of commit {new_pin.commit} as fetched from {fetched.source}.")
+            note = f"Tree of commit {new_pin.commit} as fetched from {fetched.source}."
+            new_pin = dataclasses.replace(new_pin, tree=fetched.tree, tree_note=note)
         old_base = work.git.out("rev-parse", UPSTREAM)
         mails = [(f"{i:04d}.patch", data) for i, (_, data) in
                  enumerate(format_mails(work.git, f"{UPSTREAM}..{PATCHED}"), 1)]

@@ -127,7 +127,7 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
             if isinstance(src, GitSource):
                 commit = _fetch_git(q, src, pin)
             else:
-                commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress)
+                commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress=progress)
             _migrate_objects(quarantine / "q.git" / "objects", path / "objects")
         except SourceError as e:
             failures.append(f"{describe(src)}: {e}")
@@ -166,7 +166,7 @@ def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:
 
 
 def _import_sdist(
-    q: GitRepo, src: SdistSource, pin: Pin, cache_dir: Path, quarantine: Path, progress: ProgressSink
+    q: GitRepo, src: SdistSource, pin: Pin, cache_dir: Path, quarantine: Path, *, progress: ProgressSink
 ) -> str:
     archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
     files = quarantine / "files"

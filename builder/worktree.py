@@ -229,7 +229,11 @@ class WorkRepo:
             outcome = self._apply_one(mail, op.detect_upstream)
             if outcome is None:
                 self.save_state(state)
-                raise StoppedOnConflict(self._conflict(op.kind, len(op.done) + 1, total, name, mail), self.path)
+                # name the series' file (kept in extra['names']), not the queue's 0002.patch
+                position = len(op.done) + 1
+                names = op.extra.get("names", [])
+                shown = names[position - 1] if position <= len(names) else name
+                raise StoppedOnConflict(self._conflict(op.kind, position, total, shown, mail), self.path)
             op.done.append(PatchOutcome(name, outcome, self.git.out("rev-parse", "HEAD")))
             op.queue.pop(0)
             self.save_state(state)

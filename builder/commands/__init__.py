@@ -1,5 +1,15 @@
 """One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> exit code."""
 
-from builder.commands import apply_cmd, check_cmd, fetch_cmd, rebase_cmd, refresh_cmd, status_cmd
+from builder.commands import (
+    apply_cmd,
+    build_cmd,
+    check_cmd,
+    fetch_cmd,
+    rebase_cmd,
+    refresh_cmd,
+    slice_cmd,
+    status_cmd,
+    test_cmd,
+)
 
-COMMANDS = [fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd]
+COMMANDS = [fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd]

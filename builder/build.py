@@ -1,0 +1,306 @@
+"""Configure and build a llama.cpp tree for one backend and target set, with cmake and ninja.
+
+`minimal` builds ggml and only the test programs (our CMake project in builder/cmake adds the
+tree's ggml/ folder); `full` is the tree's own top-level CMake with tests on. A build folder
+records what it was configured from and reconfigures when that changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from builder import proc
+from builder.errors import BuildError, InputError
+from builder.progress import NullProgress, ProgressSink
+from builder.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
+
+MINIMAL_CMAKE_DIR = Path(__file__).parent / "cmake"
+DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
+TARGET_SETS = ("minimal", "full")
+
+
+@dataclass(frozen=True)
+class BackendProfile:
+    """Everything that differs between backends, in one place."""
+
+    name: str
+    cmake_args: tuple[str, ...]
+    platforms: tuple[str, ...]
+    """`sys.platform` values on which this backend builds and runs."""
+    device: str
+    """The backend name test programs know it by (`-b` of test-backend-ops)."""
+
+
+PROFILES: dict[str, BackendProfile] = {
+    "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
+    "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
+    "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0"),
+}
+
+# The tree's CMake drops test-opt silently when either is on, and sanitizers change the timing
+# the optimizer tests rely on.
+_TEST_SAFE = ("-DGGML_SCHED_NO_REALLOC=OFF", "-DLLAMA_SANITIZE_ADDRESS=OFF", "-DLLAMA_SANITIZE_THREAD=OFF",
+              "-DLLAMA_SANITIZE_UNDEFINED=OFF")
+# no network at configure or build time: no HTTPS client, no prebuilt web UI download
+_FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+              "-DLLAMA_BUILD_UI=OFF")
+
+# Metal host sources that are plain C++ and so can be compile-checked anywhere
+METAL_CXX_SOURCES = ("ggml-metal-ops.cpp", "ggml-metal-device.cpp", "ggml-metal-common.cpp", "ggml-metal.cpp")
+
+
+def profile(name: str) -> BackendProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise InputError(f"unknown backend '{name}' (known: {', '.join(PROFILES)})") from None
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    source: Path
+    build_dir: Path
+    backend: str = "cpu"
+    targets: str = "minimal"
+    programs: tuple[str, ...] = DEFAULT_PROGRAMS
+    build_type: str = "Release"
+    jobs: int | None = None
+    cuda_arch: str | None = None
+    use_ccache: bool = True
+    extra_cmake_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompilerError:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: error: {self.message}"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    spec_backend: str
+    targets: str
+    build_dir: Path
+    bin_dir: Path
+    ok: bool
+    configured: bool
+    """True when cmake had to (re)configure."""
+    noop: bool
+    """True when ninja had nothing to do."""
+    steps: int
+    duration_s: float
+    log: Path
+    cmake: str
+    ninja: str
+    ccache: str | None
+    ccache_hits: int | None = None
+    ccache_misses: int | None = None
+    first_error: CompilerError | None = None
+    kind: str = "build"
+    """'build', or 'compile-check' for Metal sources checked on a machine without Metal."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ccache_hit_rate(self) -> float | None:
+        if self.ccache_hits is None or self.ccache_misses is None:
+            return None
+        total = self.ccache_hits + self.ccache_misses
+        return self.ccache_hits / total if total else None
+
+
+def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
+    prof = profile(spec.backend)
+    args = [f"-DCMAKE_BUILD_TYPE={spec.build_type}", f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
+            *prof.cmake_args, *_TEST_SAFE]
+    if spec.backend == "cuda":
+        args.append(f"-DCMAKE_CUDA_ARCHITECTURES={spec.cuda_arch or 'native'}")
+    if ccache:
+        # set the launcher ourselves (and turn ggml's own detection off) so that our test
+        # programs are cached too and the summary can count hits
+        args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}",
+                 "-DGGML_CCACHE=OFF"]
+        if spec.backend == "cuda":
+            args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={ccache}")
+    else:
+        args.append("-DGGML_CCACHE=OFF")
+    if spec.targets == "minimal":
+        args += [f"-DPATCHSET_SOURCE={spec.source}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}"]
+    else:
+        args += list(_FULL_ARGS)
+    return args + list(spec.extra_cmake_args)
+
+
+def _record_path(build_dir: Path) -> Path:
+    return build_dir / ".patchset-build.json"
+
+
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_ERROR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)$")
+_CMAKE_ERROR = re.compile(r"^CMake Error at (?P<file>[^:]+):(?P<line>\d+)")
+
+
+def first_error(log_text: str) -> CompilerError | None:
+    """The first compiler (or CMake) error in a build log, with its file and line."""
+    lines = log_text.splitlines()
+    for i, line in enumerate(lines):
+        m = _ERROR.match(line)
+        if m:
+            return CompilerError(m.group("file"), int(m.group("line")), m.group("msg").strip())
+        m = _CMAKE_ERROR.match(line)
+        if m:
+            msg = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return CompilerError(m.group("file"), int(m.group("line")), msg or "CMake error")
+    return None
+
+
+def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
+    """Configure (when needed) and build; a failed build is a result with ok=False, not an exception."""
+    progress = progress or NullProgress()
+    prof = profile(spec.backend)
+    if spec.targets not in TARGET_SETS:
+        raise InputError(f"unknown target set '{spec.targets}' (known: {', '.join(TARGET_SETS)})")
+    if sys.platform not in prof.platforms:
+        raise InputError(f"backend '{spec.backend}' does not build on {sys.platform}"
+                         + (" (use --backend metal for a compile check)" if spec.backend == "metal" else ""))
+    cmake, ninja = find_tool("cmake"), find_tool("ninja")
+    ccache = find_ccache() if spec.use_ccache else None
+    args = cmake_args(spec, ninja, ccache)
+    src_dir = MINIMAL_CMAKE_DIR if spec.targets == "minimal" else spec.source
+    record = {"source": str(spec.source), "cmake_source": str(src_dir), "args": args, "generator": "Ninja"}
+    spec.build_dir.mkdir(parents=True, exist_ok=True)
+    log = spec.build_dir / "build.log"
+    log.write_text("")
+    start = time.monotonic()
+    configured = False
+    rec_file = _record_path(spec.build_dir)
+    old = json.loads(rec_file.read_text()) if rec_file.exists() else None
+    if old != record or not (spec.build_dir / "CMakeCache.txt").exists():
+        if old and old.get("cmake_source") != record["cmake_source"]:
+            _wipe(spec.build_dir, keep=log)
+        progress.begin(f"configuring {spec.backend}/{spec.targets}", None)
+        r = proc.stream([cmake.path, "-G", "Ninja", "-S", str(src_dir), "-B", str(spec.build_dir), *args],
+                        log_file=log)
+        progress.end()
+        if r.returncode != 0:
+            rec_file.unlink(missing_ok=True)
+            return _failed(spec, log, start, cmake, ninja, ccache, configured=True)
+        rec_file.write_text(json.dumps(record, indent=1))
+        configured = True
+    before = ccache_stats(ccache) if ccache else None
+    jobs = spec.jobs or os.cpu_count() or 2
+    steps = 0
+    bar_started = False
+
+    def on_line(line: str) -> None:
+        nonlocal steps, bar_started
+        m = _PROGRESS.match(line)
+        if m:
+            done, total = int(m.group(1)), int(m.group(2))
+            steps = max(steps, done)
+            if not bar_started:
+                progress.begin(f"building {spec.backend}/{spec.targets}", total)
+                bar_started = True
+            progress.update(done, total)
+
+    cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
+    r = proc.stream(cmd, log_file=log, on_line=on_line)
+    if bar_started:
+        progress.end()
+    after = ccache_stats(ccache) if ccache else None
+    delta: CcacheStats | None = after.minus(before) if after and before else None
+    text = log.read_text(errors="replace")
+    if r.returncode != 0:
+        return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta)
+    return BuildResult(
+        spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", True, configured,
+        noop="ninja: no work to do" in text, steps=steps, duration_s=time.monotonic() - start, log=log,
+        cmake=f"{cmake.path} {cmake.version_text} ({cmake.origin})", ninja=f"{ninja.path} {ninja.version_text}",
+        ccache=ccache, ccache_hits=delta.hits if delta else None, ccache_misses=delta.misses if delta else None,
+    )
+
+
+def _failed(spec: BuildSpec, log: Path, start: float, cmake: Tool, ninja: Tool, ccache: str | None, *,
+            configured: bool, delta: CcacheStats | None = None) -> BuildResult:
+    return BuildResult(
+        spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", False, configured, False, 0,
+        time.monotonic() - start, log, f"{cmake.path} {cmake.version_text}", f"{ninja.path} {ninja.version_text}",
+        ccache, delta.hits if delta else None, delta.misses if delta else None,
+        first_error=first_error(log.read_text(errors="replace")),
+    )
+
+
+def _wipe(build_dir: Path, keep: Path) -> None:
+    for child in build_dir.iterdir():
+        if child == keep:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def metal_compile_check(source: Path, log: Path, compiler: str = "c++",
+                        on_file: Callable[[str], None] | None = None) -> BuildResult:
+    """Compile the Metal host sources that are plain C++ with -fsyntax-only against the tree.
+
+    Only a check: the Objective-C (.m) and shader (.metal) sources need macOS and are not
+    compiled; nothing is run.
+    """
+    start = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    metal = source / "ggml" / "src" / "ggml-metal"
+    ok = True
+    checked = 0
+    for name in METAL_CXX_SOURCES:
+        path = metal / name
+        if not path.exists():
+            continue
+        if on_file:
+            on_file(name)
+        cmd = [compiler, "-std=c++17", "-fsyntax-only", f"-I{source / 'ggml/include'}", f"-I{source / 'ggml/src'}",
+               f"-I{metal}"]
+        if name == "ggml-metal.cpp":
+            # it relies on <memory> through an Objective-C header that is not there on Linux
+            cmd += ["-include", "memory"]
+        r = proc.stream([*cmd, str(path)], log_file=log)
+        checked += 1
+        ok = ok and r.returncode == 0
+    if checked == 0:
+        raise BuildError(f"{metal}: no Metal C++ sources found to check")
+    notes = (
+        f"compile check only: {checked} Metal host C++ file(s) passed g++ -fsyntax-only" if ok else
+        "compile check FAILED on the Metal host C++ sources",
+        "not compiled here: the Objective-C (.m) sources and the .metal shaders (they need macOS)",
+        "nothing was run: no Metal device here",
+    )
+    return BuildResult(
+        "metal", "compile-check", log.parent, log.parent, ok, False, False, checked, time.monotonic() - start, log,
+        "", "", None, first_error=None if ok else first_error(log.read_text(errors="replace")),
+        kind="compile-check", notes=notes,
+    )
+
+
+def build_record(build_dir: Path) -> dict | None:
+    f = _record_path(build_dir)
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def as_dict(result: BuildResult) -> dict:
+    d = asdict(result)
+    d["build_dir"] = str(result.build_dir)
+    d["bin_dir"] = str(result.bin_dir)
+    d["log"] = str(result.log)
+    return d

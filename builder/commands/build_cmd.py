@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.build import PROFILES, TARGET_SETS, BuildResult
+from builder.console import CliProgress, console
+from builder.errors import EXIT_FAILED
+from builder.pipeline import run_build
+from builder.project import Project
+
+NAME = "build"
+HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's own CMake with tests)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=list(PROFILES), default="cpu",
+                   help="cpu, cuda, or metal (on Linux: a compile check of the Metal C++ sources)")
+    p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--build-type", default="Release")
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
+
+
+def print_build(r: BuildResult) -> None:
+    if r.kind == "compile-check":
+        for n in r.notes:
+            console.print(f"metal: {n}")
+    else:
+        what = "nothing to do" if r.noop else f"{r.steps} step(s)"
+        cc = "ccache: not used"
+        if r.ccache:
+            rate = r.ccache_hit_rate
+            cc = f"ccache: used, {r.ccache_hits} hit(s) / {r.ccache_misses} miss(es)" + (
+                f" ({rate:.0%})" if rate is not None else "")
+        state = "ok" if r.ok else "FAILED"
+        console.print(f"build {r.spec_backend}/{r.targets} {state}: {what} in {r.duration_s:.1f}s; {cc}")
+        console.print(f"  binaries: {r.bin_dir}", highlight=False)
+    if not r.ok:
+        if r.first_error:
+            console.print(f"  first error: {r.first_error}", highlight=False, markup=False)
+        console.print(f"  full log: {r.log}", highlight=False)
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    r = run_build(project, args.backend, args.targets, args.jobs, args.build_type, args.cuda_arch, CliProgress())
+    print_build(r)
+    return 0 if r.ok else EXIT_FAILED

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.console import console
+from builder.pipeline import make_slice
+from builder.project import Project
+
+NAME = "slice"
+HELP = "write a small tarball (patched ggml/, test sources, our CMake project) to build elsewhere"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, help="output file (default: .patchset/slice-<commit>.tar.gz)")
+    p.add_argument("--ref", default="patched", help="work-repository ref to slice (default: patched)")
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    r = make_slice(project, args.out, args.ref)
+    console.print(f"slice of {r.commit[:12]}: {r.path} ({r.files} files, {r.size / 1e6:.1f} MB)", highlight=False)
+    return 0

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from builder.build import PROFILES, TARGET_SETS
+from builder.console import console
+from builder.errors import EXIT_FAILED
+from builder.pipeline import run_tests
+from builder.project import Project
+from builder.reports import write_json, write_junit
+from builder.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
+
+NAME = "test"
+HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=list(PROFILES), default="cpu")
+    p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ops", help="comma-separated ops for test-backend-ops (default: the series' ops)")
+    g.add_argument("--all", action="store_true", help="every op")
+    p.add_argument("--mode", choices=MODES, help="test-backend-ops mode (default: grad on cpu, test elsewhere)")
+    p.add_argument("--json", type=Path, help="write per-case results as JSON")
+    p.add_argument("--junit", type=Path, help="write JUnit XML")
+
+
+def print_report(report: TestReport) -> None:
+    ops = ",".join(report.ops) if report.ops else "all ops"
+    table = Table("program", "args", "passed", "failed", "skipped", "verdict", "time",
+                  title=f"patchset test: backend {report.backend}, mode {report.mode}, {ops}")
+    for p in report.programs:
+        verdict = p.verdict if not p.signal_name else f"crashed ({p.signal_name})"
+        style = {FAILED: "red", CRASHED: "red", NOTHING: "yellow"}.get(p.verdict, "green")
+        table.add_row(p.program, " ".join(p.args), str(p.passed), str(p.failed), str(p.skipped),
+                      f"[{style}]{verdict}[/]", f"{p.duration_s:.1f}s")
+    console.print(table)
+    for p in report.programs:
+        for line in p.failing_lines()[:20]:
+            console.print(f"  FAIL {p.program}: {line}", highlight=False, markup=False)
+        if p.verdict == NOTHING:
+            console.print(f"  {p.program}: nothing checked on this backend (not counted as passed)")
+        if p.verdict in (FAILED, CRASHED):
+            console.print(f"  log: {p.log}", highlight=False)
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    ops = [o for o in args.ops.split(",") if o] if args.ops else None
+    report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all)
+    print_report(report)
+    if args.json:
+        write_json(report, args.json)
+    if args.junit:
+        write_junit(report, args.junit)
+    if report.failed:
+        return EXIT_FAILED
+    if report.nothing_checked:
+        console.print(f"nothing checked by: {', '.join(report.nothing_checked)}: exit 1")
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,143 @@
+"""The steps the commands chain together: make sure `patched` is there, build it, test it."""
+
+from __future__ import annotations
+
+import io
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import build as buildmod
+from builder import testrun
+from builder.apply import ApplyResult, apply
+from builder.errors import InputError, TestRunError
+from builder.gitrepo import GitRepo
+from builder.pin import load_pin
+from builder.progress import ProgressSink
+from builder.project import Project
+from builder.series import Series, load_series
+from builder.worktree import PATCHED, WorkRepo, fingerprint
+
+
+def build_dir(project: Project, backend: str, targets: str) -> Path:
+    return project.build_root / f"{backend}-{targets}"
+
+
+def declared_tests(series: Series, backend: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(program, args) of every test the series declares for `backend`, in series order."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for p in series.patches:
+        for t in p.meta.tests:
+            if t.runs_on(backend, p.meta.backends) and (t.program, t.args) not in out:
+                out.append((t.program, t.args))
+    return out
+
+
+def programs_for(source: Path, series: Series) -> tuple[str, ...]:
+    """The default test programs plus every program the series declares that the tree has."""
+    names = list(buildmod.DEFAULT_PROGRAMS)
+    for p in series.patches:
+        for t in p.meta.tests:
+            if t.program not in names and (source / "tests" / f"{t.program}.cpp").exists():
+                names.append(t.program)
+    return tuple(names)
+
+
+def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tuple[WorkRepo, ApplyResult | None]:
+    """The work repository on `patched`, applying first unless it is already up to date.
+
+    Uncommitted edits in an up-to-date work tree are built as they are (that is how a fix is
+    developed); apply would refuse to touch them anyway.
+    """
+    work = WorkRepo(project.work_repo)
+    if work.exists() and work.head() and work.git.current_branch() == PATCHED:
+        state = work.load_state()
+        pin = load_pin(project.pin_file)
+        series = load_series(project.patches_dir)
+        if state.op is None and state.fingerprint == fingerprint(pin, pin.tree, series) and work.git.is_dirty():
+            return work, None
+    return work, apply(project, progress=progress)
+
+
+def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", jobs: int | None = None,
+              build_type: str = "Release", cuda_arch: str | None = None,
+              progress: ProgressSink | None = None) -> buildmod.BuildResult:
+    work, _ = ensure_patched(project, progress)
+    if backend == "metal" and sys.platform != "darwin":
+        return buildmod.metal_compile_check(work.path, build_dir(project, "metal", "check") / "check.log")
+    series = load_series(project.patches_dir)
+    spec = buildmod.BuildSpec(
+        source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
+        programs=programs_for(work.path, series), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
+    )
+    return buildmod.build(spec, progress)
+
+
+def run_tests(project: Project, backend: str = "cpu", targets: str = "minimal", mode: str | None = None,
+              ops: list[str] | None = None, all_ops: bool = False) -> testrun.TestReport:
+    prof = buildmod.profile(backend)
+    if sys.platform not in prof.platforms:
+        raise InputError(f"{backend} tests cannot run on {sys.platform}: not run here")
+    series = load_series(project.patches_dir)
+    declared = declared_tests(series, backend)
+    mode = mode or testrun.default_mode(backend)
+    if all_ops:
+        chosen = None
+    elif ops:
+        chosen = ops
+    else:
+        chosen = testrun.series_ops(declared) or None
+    bdir = build_dir(project, backend, targets)
+    bin_dir = bdir / "bin"
+    if not (bin_dir / "test-backend-ops").exists():
+        raise TestRunError(f"{bin_dir}: no test programs; run `patchset build --backend {backend}` first")
+    extra = [(prog, args) for prog, args in declared if prog not in ("test-opt", "test-backend-ops")
+             and (bin_dir / prog).exists()]
+    invs = testrun.plan(prof.device, backend, mode, chosen, extra)
+    log_dir = project.state_dir / "test" / f"{backend}-{targets}-{mode}"
+    return testrun.run_plan(bin_dir, invs, log_dir, backend, mode, chosen)
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    path: Path
+    files: int
+    size: int
+    commit: str
+
+
+def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) -> SliceResult:
+    """A tarball of the tree's ggml/ and test sources with our minimal CMake project on top,
+    to build on another machine (a CUDA host, a Mac) with plain cmake."""
+    work, _ = ensure_patched(project)
+    git = GitRepo(work.path)
+    commit = git.out("rev-parse", ref)
+    series = load_series(project.patches_dir)
+    progs = programs_for(work.path, series)
+    paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs]
+    out = out or project.state_dir / f"slice-{commit[:12]}.tar.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plain = out.with_suffix(out.suffix + ".tar.tmp")
+    git.run("archive", "--format=tar", "-o", str(plain), commit, "--", *paths)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    count = 0
+    with tarfile.open(plain) as src, tarfile.open(tmp, "w:gz") as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+            count += m.isfile()
+        cm = (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_bytes()
+        info = tarfile.TarInfo("CMakeLists.txt")
+        info.size, info.mtime, info.mode = len(cm), int(time.time()), 0o644
+        dst.addfile(info, io.BytesIO(cm))
+        readme = (f"patchset slice of {commit}\nprograms: {';'.join(progs)}\n"
+                  f"build: cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=Release "
+                  f"-DPATCHSET_TESTS=\"{';'.join(progs)}\" [-DGGML_CUDA=ON] && cmake --build build\n").encode()
+        info = tarfile.TarInfo("PATCHSET-SLICE.txt")
+        info.size, info.mtime, info.mode = len(readme), int(time.time()), 0o644
+        dst.addfile(info, io.BytesIO(readme))
+        count += 2
+    tmp.replace(out)
+    plain.unlink()
+    return SliceResult(out, count, out.stat().st_size, commit)

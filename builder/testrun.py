@@ -1,0 +1,286 @@
+"""Run test-opt, test-backend-ops and the series' own test programs, and read what they print.
+
+Both ggml test programs print one line per case, `  NAME(PARAMS): [details] OK|FAIL|...`,
+under `Backend i/n: NAME` headers, with `  N/M tests passed` totals. test-backend-ops can also
+print SQL rows (`--output sql`), which carry a `passed` field per case; it does so only in
+`test` (and perf) mode, so grad mode is read from the console output.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder import proc
+from builder.errors import TestRunError
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PASS, FAIL, SKIP, CRASH = "pass", "fail", "skip", "crash"
+MODES = ("test", "grad")
+
+# verdicts of one program run
+PASSED, FAILED, NOTHING, CRASHED = "passed", "failed", "nothing checked", "crashed"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    program: str
+    backend: str
+    name: str
+    params: str
+    status: str
+    detail: str = ""
+    error: float | None = None
+    """The error the program measured (ERR, NMSE or MAA), when it printed one."""
+    variant: str = ""
+    """A second grouping some programs print after the cases (test-opt's optimizer)."""
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.name}({self.params})"
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    program: str
+    args: tuple[str, ...]
+    returncode: int
+    signal_name: str | None
+    cases: tuple[CaseResult, ...]
+    duration_s: float
+    log: Path
+    totals_line: tuple[int, int] | None = None
+    """The program's own `N/M tests passed` counts, summed over its sections."""
+    skipped_backends: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> int:
+        return sum(c.status == PASS for c in self.cases)
+
+    @property
+    def failed(self) -> int:
+        return sum(c.status in (FAIL, CRASH) for c in self.cases)
+
+    @property
+    def skipped(self) -> int:
+        return sum(c.status == SKIP for c in self.cases)
+
+    @property
+    def verdict(self) -> str:
+        if self.signal_name:
+            return CRASHED
+        if self.failed or self.returncode != 0:
+            return FAILED
+        if self.passed == 0:
+            return NOTHING
+        return PASSED
+
+    def failing_lines(self) -> list[str]:
+        return [f"{c.backend} {c.case_id}: {c.detail} {c.status.upper()}".replace("  ", " ")
+                for c in self.cases if c.status in (FAIL, CRASH)]
+
+
+_BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.+)$")
+_CASE = re.compile(r"^  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+_TOTALS = re.compile(r"^  (\d+)/(\d+) tests passed$")
+_BACKEND_STATUS = re.compile(r"^  Backend (?P<backend>\S+)(?: (?P<variant>\S+))?: (?P<status>OK|FAIL|SKIPPED)$")
+_ERRVAL = re.compile(r"\b(?:ERR|NMSE|MAA) = ([0-9.eE+-]+|nan|inf)")
+
+
+def _status_of(rest: str) -> tuple[str, str] | None:
+    """(status, detail) of a case line's tail, or None when the line ends mid-case."""
+    rest = rest.rstrip()
+    if rest.endswith("OK"):
+        return PASS, rest[:-2].strip()
+    if rest.endswith("FAIL"):
+        return FAIL, rest[:-4].strip()
+    if rest.endswith("SKIPPED"):
+        return SKIP, rest[:-7].strip()
+    if rest.startswith("skipping"):
+        return SKIP, rest
+    if rest.startswith("not supported"):
+        return SKIP, rest
+    return None
+
+
+def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int, int] | None, list[str]]:
+    """Cases, summed totals, and backends the program skipped, from console output."""
+    cases: list[CaseResult] = []
+    backend = ""
+    group_start = 0
+    totals: tuple[int, int] | None = None
+    skipped: list[str] = []
+    pending: tuple[str, str, str] | None = None
+    lines = ANSI.sub("", text).splitlines()
+    for i, line in enumerate(lines):
+        m = _BACKEND.match(line)
+        if m:
+            backend = m.group(3).strip()
+            group_start = len(cases)
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            if nxt.startswith("  Skipping") or ("skipping" in nxt.lower() and "Device" not in nxt):
+                skipped.append(f"{backend}: {nxt.strip()}")
+            continue
+        m = _TOTALS.match(line)
+        if m:
+            p, t = int(m.group(1)), int(m.group(2))
+            totals = (totals[0] + p, totals[1] + t) if totals else (p, t)
+            continue
+        m = _BACKEND_STATUS.match(line)
+        if m:
+            if m.group("variant"):
+                variant = m.group("variant")
+                cases[group_start:] = [CaseResult(c.program, c.backend, c.name, c.params, c.status, c.detail,
+                                                  c.error, variant) for c in cases[group_start:]]
+            if m.group("status") == "SKIPPED":
+                skipped.append(f"{m.group('backend')} {m.group('variant') or ''}".strip())
+            group_start = len(cases)
+            continue
+        m = _CASE.match(line)
+        if m:
+            pending = None
+            st = _status_of(m.group("rest"))
+            if st is None:
+                pending = (m.group("name"), m.group("params"), m.group("rest"))
+                continue
+            status, detail = st
+            ev = _ERRVAL.search(detail)
+            cases.append(CaseResult(program, backend, m.group("name"), m.group("params"), status, detail,
+                                    float(ev.group(1)) if ev else None))
+    if pending is not None:
+        # the program died inside this case: its line was never finished
+        name, params, rest = pending
+        detail = (rest + " (no result: the program stopped)").strip()
+        cases.append(CaseResult(program, backend, name, params, CRASH, detail))
+    return cases, totals, skipped
+
+
+_INSERT = re.compile(r"INSERT INTO test_backend_ops \((?P<fields>[^)]*)\) VALUES \((?P<values>.*)\);\s*$")
+
+
+def _sql_values(text: str) -> list[str]:
+    return re.findall(r"'((?:[^']|'')*)'", text)
+
+
+def parse_sql(text: str, program: str = "test-backend-ops") -> list[CaseResult]:
+    """Cases from `test-backend-ops --output sql`. Diagnostics the program prints on stdout
+    (`[ACC] ERR = ...`) precede the INSERT on the same line and become the case's detail."""
+    cases = []
+    for line in ANSI.sub("", text).splitlines():
+        m = _INSERT.search(line)
+        if not m:
+            continue
+        fields = [f.strip() for f in m.group("fields").split(",")]
+        values = _sql_values(m.group("values"))
+        if len(values) != len(fields):
+            raise TestRunError(f"cannot read SQL row: {len(fields)} fields, {len(values)} values: {line[:200]}")
+        row = dict(zip(fields, values, strict=True))
+        prefix = line[: m.start()].strip()
+        if row.get("supported") in ("0", "false"):
+            status, detail = SKIP, f"not supported [{row.get('backend_name', '')}]"
+        else:
+            status = PASS if row.get("passed") in ("1", "true") else FAIL
+            detail = " ".join(x for x in (prefix, row.get("error_message", "")) if x)
+        ev = _ERRVAL.search(detail)
+        cases.append(CaseResult(program, row.get("backend_name", ""), row.get("op_name", ""), row.get("op_params", ""),
+                                status, detail, float(ev.group(1)) if ev else None))
+    return cases
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One program run: which binary, with which arguments, and how to read it."""
+
+    program: str
+    args: tuple[str, ...]
+    sql: bool = False
+
+
+def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = 3600) -> ProgramResult:
+    exe = bin_dir / inv.program
+    if not exe.exists():
+        raise TestRunError(f"{exe}: test program not built (run `patchset build` first)")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    start = time.monotonic()
+    r = proc.stream([str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout)
+    sig = None
+    if r.returncode < 0:
+        try:
+            sig = signal.Signals(-r.returncode).name
+        except ValueError:
+            sig = f"signal {-r.returncode}"
+    if inv.sql:
+        cases = parse_sql(r.stdout, inv.program)
+        totals, skipped = None, []
+    else:
+        cases, totals, skipped = parse_console(r.stdout, inv.program)
+    return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,
+                         totals, tuple(skipped))
+
+
+@dataclass(frozen=True)
+class TestReport:
+    backend: str
+    mode: str
+    ops: tuple[str, ...] | None
+    """The op filter used; None: every op."""
+    programs: tuple[ProgramResult, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(p.verdict in (FAILED, CRASHED) for p in self.programs)
+
+    @property
+    def nothing_checked(self) -> list[str]:
+        return [p.program for p in self.programs if p.verdict == NOTHING]
+
+
+def default_mode(backend: str) -> str:
+    """grad on the CPU (test mode compares with the CPU and so skips it), test elsewhere."""
+    return "grad" if backend == "cpu" else "test"
+
+
+def series_ops(tests: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """The union of `-o` filters of the series' test-backend-ops commands, in order."""
+    ops: list[str] = []
+    for program, args in tests:
+        if program != "test-backend-ops":
+            continue
+        for i, a in enumerate(args):
+            if a == "-o" and i + 1 < len(args):
+                for op in args[i + 1].split(","):
+                    if op and op not in ops:
+                        ops.append(op)
+    return ops
+
+
+def plan(backend_device: str, backend: str, mode: str, ops: list[str] | None,
+         extra_programs: list[tuple[str, tuple[str, ...]]]) -> list[Invocation]:
+    """What `patchset test` runs: test-opt, test-backend-ops in `mode`, then the series' own programs."""
+    if mode not in MODES:
+        raise TestRunError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
+    args = [mode]
+    if ops:
+        args += ["-o", ",".join(ops)]
+    if not (backend == "cpu" and mode == "test"):
+        args += ["-b", backend_device]
+    invs = [Invocation("test-opt", ()), Invocation("test-backend-ops", tuple(args))]
+    for program, pargs in extra_programs:
+        if program in ("test-opt", "test-backend-ops"):
+            continue
+        inv = Invocation(program, pargs)
+        if inv not in invs:
+            invs.append(inv)
+    return invs
+
+
+def run_plan(bin_dir: Path, invocations: list[Invocation], log_dir: Path, backend: str, mode: str,
+             ops: list[str] | None) -> TestReport:
+    results = []
+    for i, inv in enumerate(invocations, 1):
+        results.append(run_program(bin_dir, inv, log_dir / f"{i:02d}-{inv.program}.log"))
+    return TestReport(backend, mode, tuple(ops) if ops else None, tuple(results))

@@ -76,6 +76,8 @@ class BuildSpec:
     cuda_arch: str | None = None
     use_ccache: bool = True
     extra_cmake_args: tuple[str, ...] = ()
+    build_targets: tuple[str, ...] = ()
+    """CMake targets to build; empty: all (minimal: ggml and `programs`; full: the tree's default)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
             progress.update(done, total)
 
     cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
+    if spec.build_targets:
+        cmd += ["--target", *spec.build_targets]
     r = proc.stream(cmd, log_file=log, on_line=on_line)
     if bar_started:
         progress.end()

@@ -12,6 +12,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # a check, test or proof failed
 EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
+EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
 
 
 class PatchsetError(Exception):

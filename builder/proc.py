@@ -100,7 +100,7 @@ def stream(
         )
     except FileNotFoundError as e:
         raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
-    with log_file.open("a", encoding="utf-8") as fh:
+    with proc, log_file.open("a", encoding="utf-8") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
         assert proc.stdout is not None
         for line in proc.stdout:

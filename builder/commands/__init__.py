@@ -10,6 +10,9 @@ from builder.commands import (
     slice_cmd,
     status_cmd,
     test_cmd,
+    verify_cmd,
 )
 
-COMMANDS = [fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd]
+COMMANDS = [
+    fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
+]

@@ -1,0 +1,109 @@
+"""Evidence files: what verify saw, per patch and backend, as JSON (for tools) and Markdown (for people)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from builder import proc
+from builder.errors import ProcessError
+from builder.fsutil import atomic_write_text
+
+
+@dataclass(frozen=True)
+class Step:
+    """One tree's build and test run."""
+
+    tree: str  # before | after | mutation
+    commit: str
+    tree_id: str
+    build_ok: bool
+    build_command: str
+    build_duration_s: float
+    build_errors: tuple[str, ...] = ()
+    """Compiler errors (file:line: message) when the build failed."""
+    errors_only_in_test_paths: bool = False
+    tests: tuple[dict, ...] = ()
+    """Per test command: command, exit code, verdict, counts, duration, log, failing lines."""
+    verdict: str = ""
+    """fails | passes | build-fails | build-failed | not-run"""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    patch: str
+    subject: str
+    backend: str
+    outcome: str
+    reason: str
+    pin: dict
+    steps: tuple[Step, ...]
+    key: str
+    """What the run depended on (trees, tests, backend); equal keys may reuse this evidence."""
+    host: dict = field(default_factory=dict)
+    created: str = ""
+    reused: bool = False
+
+
+def host_info(cxx: str | None = None) -> dict:
+    compiler = ""
+    try:
+        compiler = proc.run([cxx or "c++", "--version"], timeout=30).stdout.splitlines()[0]
+    except (ProcessError, IndexError):
+        compiler = "unknown"
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "compiler": compiler}
+
+
+def paths(evidence_dir: Path, patch: str, backend: str) -> tuple[Path, Path]:
+    stem = patch.removesuffix(".patch")
+    return evidence_dir / stem / f"{backend}.json", evidence_dir / stem / f"{backend}.md"
+
+
+def load(evidence_dir: Path, patch: str, backend: str) -> Evidence | None:
+    jpath, _ = paths(evidence_dir, patch, backend)
+    if not jpath.exists():
+        return None
+    try:
+        d = json.loads(jpath.read_text())
+        d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
+                                   "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
+        return Evidence(**d)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:
+    jpath, mpath = paths(evidence_dir, ev.patch, ev.backend)
+    atomic_write_text(jpath, json.dumps(asdict(ev), indent=1) + "\n")
+    atomic_write_text(mpath, markdown(ev))
+    return jpath, mpath
+
+
+def markdown(ev: Evidence) -> str:
+    out = [f"# {ev.patch} on {ev.backend}: {ev.outcome}", "", f"**{ev.subject}**", "", ev.reason, ""]
+    pin = ev.pin
+    out += [f"- pin: {pin.get('name')} {pin.get('tag', '')} `{pin.get('commit')}` (tree `{pin.get('tree')}`)",
+            f"- host: {ev.host.get('platform')}, {ev.host.get('cpus')} CPUs; compiler: {ev.host.get('compiler')}",
+            f"- run: {ev.created}" + (" (reused: trees unchanged since that run)" if ev.reused else ""), ""]
+    if not ev.steps:
+        out += ["Nothing was built or run for this patch on this backend here.", ""]
+    for s in ev.steps:
+        out += [f"## {s.tree} tree: {s.verdict}", "",
+                f"- commit `{s.commit}`, tree `{s.tree_id}`",
+                f"- build: {'ok' if s.build_ok else 'FAILED'} in {s.build_duration_s:.1f}s: `{s.build_command}`"]
+        if s.build_errors:
+            where = "only in the patch's test files" if s.errors_only_in_test_paths else "outside the test files"
+            out.append(f"- compiler errors ({where}):")
+            out += ["  ```", *[f"  {e}" for e in s.build_errors[:10]], "  ```"]
+        for t in s.tests:
+            counts = f"{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped"
+            took = f"{t['duration_s']:.2f}s"
+            out.append(f"- `{t['command']}`: exit {t['returncode']}, {t['verdict']} ({counts}) in {took}")
+            if t.get("failing"):
+                out += ["  ```", *[f"  {line}" for line in t["failing"][:15]], "  ```"]
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,352 @@
+"""Known-positive proof of each patch: its tests fail without the fix and pass with it.
+
+For patch k: before = pin + patches 1..k-1 + only patch k's test paths; after = pin + 1..k;
+mutation = after + the patch's known-bad variant. The trees are made with git plumbing in a
+temporary index (the user's work tree and patches/ are never touched), checked out one after
+another into one verify worktree, and built in one build folder per backend, so switching
+trees recompiles only the files that differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from builder import build as buildmod
+from builder import evidence as ev
+from builder import testrun
+from builder.errors import ProcessError, SeriesError
+from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
+from builder.pin import Pin, load_pin
+from builder.progress import NullProgress, ProgressSink
+from builder.project import Project
+from builder.series import Patch, Series, TestSpec, load_series
+from builder.upstream import Fetched, fetch
+from builder.worktree import WorkRepo
+
+PROVEN = "proven"
+NOT_PROVEN = "not proven"
+REGRESSED = "regressed"
+BUILD_FAILED = "build failed"
+NEEDS = "needs"  # followed by the backend names
+
+_DATE = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+         "GIT_AUTHOR_NAME": "patchset verify", "GIT_AUTHOR_EMAIL": "verify@patchset.invalid"}
+
+
+def available_backends() -> list[str]:
+    """Backends this machine can build and run."""
+    found = ["cpu"]
+    if shutil.which("nvcc") and shutil.which("nvidia-smi"):
+        found.append("cuda")
+    if sys.platform == "darwin":
+        found.append("metal")
+    return found
+
+
+@dataclass(frozen=True)
+class Trees:
+    before: str
+    after: str
+    mutation: str | None
+
+
+@dataclass(frozen=True)
+class PatchVerdict:
+    patch: str
+    backend: str
+    outcome: str
+    reason: str
+    reused: bool
+    evidence_json: Path | None
+    evidence_md: Path | None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    verdicts: tuple[PatchVerdict, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(v.outcome == PROVEN or v.outcome.startswith(NEEDS) for v in self.verdicts)
+
+    @property
+    def regressed(self) -> bool:
+        return any(v.outcome in (REGRESSED, BUILD_FAILED) for v in self.verdicts)
+
+
+class TreeMaker:
+    """Builds the before/after/mutation commits of each patch with plumbing only."""
+
+    def __init__(self, git: GitRepo, base: str, tmp: Path) -> None:
+        self.git = git
+        self.base = base
+        self.tmp = tmp
+
+    def commit(self, parent: str, mail: Path, message: str, include: tuple[str, ...] = ()) -> str:
+        index = self.tmp / "index"
+        index.unlink(missing_ok=True)
+        env = {**ISOLATED, **COMMITTER, **_DATE, "GIT_INDEX_FILE": str(index)}
+        self.git.run("read-tree", parent, env=env)
+        args = ["apply", "--cached", "--whitespace=nowarn"]
+        for p in include:
+            args += [f"--include={p}", f"--include={p.rstrip('/')}/*"]
+        try:
+            self.git.run(*args, str(mail), env=env)
+        except ProcessError as e:
+            raise SeriesError(f"{mail.name}: does not apply on {parent[:12]} ({e.stderr.strip()}); "
+                              "run `patchset apply` to see and resolve the conflict") from e
+        tree = self.git.out("write-tree", env=env)
+        if include and tree == self.git.tree_of(parent):
+            raise SeriesError(
+                f"{mail.name}: Patchset-Test-Paths ({' '.join(include)}) match no file the patch changes")
+        return self.git.out("commit-tree", tree, "-p", parent, "-m", message, env=env)
+
+    def for_series(self, series: Series, patches_dir: Path) -> dict[int, Trees]:
+        trees: dict[int, Trees] = {}
+        prev = self.base
+        for p in series.patches:
+            before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
+            after = self.commit(prev, p.path, f"verify: after {p.name}")
+            mutation = None
+            if p.meta.mutation:
+                mutation = self.commit(after, patches_dir / p.meta.mutation, f"verify: mutation {p.meta.mutation}")
+            trees[p.index] = Trees(before, after, mutation)
+            for kind, c in (("before", before), ("after", after), ("mutation", mutation)):
+                if c:
+                    self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
+            prev = after
+        return trees
+
+
+def _needs_full(source: Path, program: str) -> bool:
+    """A test that includes llama's own headers cannot build against ggml alone."""
+    f = source / "tests" / f"{program}.cpp"
+    if not f.exists():
+        return False
+    text = f.read_text(errors="replace")
+    return '#include "llama' in text or '#include "common.h"' in text
+
+
+def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
+    args = list(t.args)
+    if t.program == "test-backend-ops" and "-b" not in args:
+        args += ["-b", buildmod.profile(backend).device]
+    return testrun.Invocation(t.program, tuple(args))
+
+
+class Verifier:
+    def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
+                 jobs: int | None = None) -> None:
+        self.project = project
+        self.progress = progress or NullProgress()
+        self.reuse = reuse
+        self.jobs = jobs
+        self.pin: Pin = load_pin(project.pin_file)
+        self.series = load_series(project.patches_dir)
+        self.fetched: Fetched = fetch(project.cache_dir, self.pin, progress)
+        self.work = WorkRepo(project.work_repo)
+        self.work.attach_upstream(self.fetched, self.pin)
+        self.root = project.state_dir / "verify"
+        self.src = self.root / "src"
+        self._checked_out: str | None = None
+        self._host: dict | None = None
+
+    # -- trees ---------------------------------------------------------------------------------
+    def make_trees(self) -> dict[int, Trees]:
+        with tempfile.TemporaryDirectory(prefix="patchset-verify-") as tmp:
+            return TreeMaker(self.work.git, self.fetched.commit, Path(tmp)).for_series(
+                self.series, self.project.patches_dir)
+
+    def checkout(self, commit: str) -> None:
+        git = self.work.git
+        if not (self.src / ".git").exists():
+            if self.src.exists():
+                shutil.rmtree(self.src)
+            git.run("worktree", "prune")
+            self.root.mkdir(parents=True, exist_ok=True)
+            git.run("worktree", "add", "--detach", "--force", str(self.src), commit)
+        elif self._checked_out != commit:
+            wt = GitRepo(self.src)
+            wt.run("checkout", "--quiet", "--detach", "--force", commit)
+            wt.run("clean", "-fdxq")
+        self._checked_out = commit
+
+    # -- one tree --------------------------------------------------------------------------------
+    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec]) -> ev.Step:
+        self.checkout(commit)
+        programs = tuple(dict.fromkeys(t.program for t in tests))
+        targets = "full" if any(_needs_full(self.src, p) for p in programs) else "minimal"
+        present = tuple(p for p in programs if (self.src / "tests" / f"{p}.cpp").exists())
+        spec = buildmod.BuildSpec(
+            source=self.src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
+            targets=targets, programs=present or programs, jobs=self.jobs, build_targets=present or programs,
+        )
+        self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
+        result = buildmod.build(spec)
+        self.progress.end()
+        command = f"cmake --build {spec.build_dir} --target {' '.join(spec.build_targets)}"
+        tree_id = self.work.git.tree_of(commit)
+        if not result.ok:
+            errors = _compiler_errors(result.log)
+            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, self.src) for e in errors)
+            return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
+                           verdict="build-fails" if only_tests else "build-failed")
+        runs = []
+        any_fail = False
+        all_pass = True
+        log_dir = self.project.state_dir / "verify" / "logs" / patch.name.removesuffix(".patch") / backend
+        for i, t in enumerate(tests, 1):
+            inv = _invocation(t, backend)
+            self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
+            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log")
+            self.progress.end()
+            runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
+                         "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
+                         "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
+                         "failing": r.failing_lines()[:50]})
+            any_fail = any_fail or r.verdict in (testrun.FAILED, testrun.CRASHED)
+            all_pass = all_pass and r.verdict == testrun.PASSED
+        verdict = "fails" if any_fail else ("passes" if all_pass else "nothing checked")
+        return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
+
+    # -- one patch on one backend ------------------------------------------------------------------
+    def verify_patch(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict:
+        meta = patch.meta
+        here = available_backends()
+        tests = [t for t in meta.tests if t.runs_on(backend, meta.backends)]
+        key = self._key(patch, trees, backend, tests)
+        if self.reuse:
+            old = ev.load(self.project.evidence_dir, patch.name, backend)
+            if old is not None and old.key == key and not old.reused:
+                jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
+                reason = f"{old.reason} (evidence reused from the run of {old.created}: trees unchanged)"
+                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath)
+        steps: list[ev.Step] = []
+        if backend not in meta.backends:
+            missing = [b for b in meta.backends if b not in here] or list(meta.backends)
+            outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
+            reason = (f"the failing-before half can only run on {', '.join(meta.backends)}"
+                      if meta.backends else "the patch declares no backend for its proof")
+            if tests:
+                after = self.run_tree("after", trees.after, patch, backend, tests)
+                steps.append(after)
+                if after.verdict != "passes":
+                    outcome, reason = REGRESSED, f"its tests do not pass on {backend} with the fix ({after.verdict})"
+                else:
+                    reason += f"; with the fix its {backend} tests pass"
+        elif backend not in here:
+            outcome, reason = f"{NEEDS} {backend}", f"no {backend} backend on this machine"
+        elif not tests:
+            outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
+        else:
+            outcome, reason = self._prove(patch, trees, backend, tests, steps)
+        evidence = ev.Evidence(
+            patch.name, patch.subject, backend, outcome, reason,
+            {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
+             "source": self.fetched.source},
+            tuple(steps), key, self._host_info(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        # a verdict with no steps says so in its file ("nothing was run here"): the report table
+        # must show every patch and backend that was asked for
+        jpath, mpath = ev.write(self.project.evidence_dir, evidence)
+        return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath)
+
+    def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
+               steps: list[ev.Step]) -> tuple[str, str]:
+        meta = patch.meta
+        before = self.run_tree("before", trees.before, patch, backend, tests)
+        steps.append(before)
+        if before.verdict == "build-failed":
+            return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
+        if before.verdict == "build-fails" and meta.before != "build-fails":
+            return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
+                                  "patch adds, say `Patchset-Before: build-fails`")
+        if before.verdict == "passes":
+            return NOT_PROVEN, "the test passes without the fix: it does not guard it"
+        if before.verdict == "nothing checked":
+            return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
+        after = self.run_tree("after", trees.after, patch, backend, tests)
+        steps.append(after)
+        if not after.build_ok:
+            return BUILD_FAILED, "the after tree (with the fix) fails to build"
+        if after.verdict != "passes":
+            return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
+        if trees.mutation:
+            mut = self.run_tree("mutation", trees.mutation, patch, backend, tests)
+            steps.append(mut)
+            if not mut.build_ok:
+                return BUILD_FAILED, f"the mutation tree ({meta.mutation}) fails to build"
+            if mut.verdict != "fails":
+                return NOT_PROVEN, f"the mutation {meta.mutation} is not caught: the test {mut.verdict} with it"
+        how = "fails to compile in its test files only" if before.verdict == "build-fails" else "fails"
+        mut_note = f"; the mutation {meta.mutation} is caught" if trees.mutation else ""
+        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}"
+
+    def _key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
+        git = self.work.git
+        parts = {
+            "backend": backend,
+            "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
+            "mutation": git.tree_of(trees.mutation) if trees.mutation else None,
+            "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
+            "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _host_info(self) -> dict:
+        if self._host is None:
+            self._host = ev.host_info()
+        return self._host
+
+
+def _compiler_errors(log: Path) -> list[str]:
+    errors = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = buildmod._ERROR.match(line)
+        if m:
+            errors.append(f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}")
+    return errors
+
+
+def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
+    file = error.split(":", 1)[0]
+    try:
+        rel = Path(file).resolve().relative_to(src.resolve()).as_posix()
+    except ValueError:
+        rel = file
+    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in test_paths)
+
+
+def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
+           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None) -> VerifyReport:
+    v = Verifier(project, progress, reuse, jobs)
+    chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
+    trees = v.make_trees()
+    backends = backends or [b for b in available_backends()]
+    verdicts = []
+    for patch in chosen:
+        for backend in backends:
+            buildmod.profile(backend)
+            verdicts.append(v.verify_patch(patch, trees[patch.index], backend))
+    return VerifyReport(tuple(verdicts))
+
+
+def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
+    """Outcome per patch and backend from the evidence on disk (for `verify --report`)."""
+    series = load_series(project.patches_dir)
+    rows = []
+    for p in series.patches:
+        cells = {}
+        for b in buildmod.PROFILES:
+            e = ev.load(project.evidence_dir, p.name, b)
+            if e is not None:
+                cells[b] = e.outcome
+        rows.append((p.name, cells))
+    return rows

@@ -1,0 +1,205 @@
+"""verify on a synthetic mini-upstream: a tiny C library laid out like llama.cpp (ggml/, tests/)
+with a few bugs, and one patch per outcome verify can reach."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.project import load_project
+from builder.refresh import format_mails, write_series
+from builder.gitrepo import GitRepo
+from builder.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
+
+CALC_C = """\
+#include "calc.h"
+int calc_add(int a, int b) { return a - b; }
+int calc_mul(int a, int b) { return a * b; }
+int calc_sub(int a, int b) { return a + b; }
+int calc_neg(int a) { return a; }
+"""
+CALC_H = """\
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+int calc_add(int a, int b);
+int calc_mul(int a, int b);
+int calc_sub(int a, int b);
+int calc_neg(int a);
+#ifdef __cplusplus
+}
+#endif
+"""
+GGML_CMAKE = """\
+add_library(ggml STATIC src/calc.c)
+target_include_directories(ggml PUBLIC include)
+"""
+
+
+def program_source(name: str, expr: str, want: int) -> str:
+    # prints in the ggml test programs' format, which testrun parses
+    return f"""\
+#include "calc.h"
+#include <cstdio>
+int main() {{
+    int got = {expr};
+    bool ok = got == {want};
+    printf("Backend 1/1: CPU\\n");
+    printf("  {name}(want={want}): %s\\n", ok ? "OK" : "FAIL");
+    printf("  %d/1 tests passed\\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+}}
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str) -> None:
+    for rel, text in files.items():
+        p = repo / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def mutation(src: Path, old: str, new: str) -> str:
+    """A known-bad variant of the fix just committed, as `git diff` writes it."""
+    calc = src / "ggml/src/calc.c"
+    good = calc.read_text()
+    assert old in good
+    calc.write_text(good.replace(old, new, 1))
+    diff = git(src, "diff") + "\n"
+    calc.write_text(good)
+    return diff
+
+
+def trailers(backends: str, program: str, extra: str = "") -> str:
+    return (f"\n\nPatchset-Status: pending\nPatchset-Backends: {backends}\nPatchset-Test: {program}\n"
+            f"Patchset-Test-Paths: tests/{program}.cpp\n{extra}")
+
+
+@pytest.fixture(scope="module")
+def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Upstream with bugs, and a series with one patch per verify outcome."""
+    base = tmp_path_factory.mktemp("verify")
+    src = base / "src"
+    src.mkdir()
+    git(src, "init", "-q", "-b", "main")
+    git(src, "config", "user.name", "Up Stream")
+    git(src, "config", "user.email", "up@example.invalid")
+    git(src, "config", "commit.gpgsign", "false")
+    commit_files(src, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                       "ggml/src/calc.c": CALC_C, "README": "calc\n"}, "calc: initial")
+    pin_commit, pin_tree = git(src, "rev-parse", "HEAD"), git(src, "rev-parse", "HEAD^{tree}")
+    bare = base / "remote.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(bare)], check=True)
+    fixed = CALC_C.replace("return a - b;", "return a + b;")
+    # 1: proven, with a mutation that the test catches
+    commit_files(src, {"ggml/src/calc.c": fixed, "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
+                 "calc : add adds" + trailers("cpu", "test-add", "Patchset-Mutation: mutations/add-multiplies.patch"))
+    mutations = {"add-multiplies": mutation(src, "return a + b; }", "return a * b; }")}
+    # 2: not proven: its test passes without the "fix"
+    commit_files(src, {"ggml/src/calc.c": fixed.replace("int calc_mul", "/* product */\nint calc_mul"),
+                       "tests/test-mul.cpp": program_source("mul", "calc_mul(2, 3)", 6)},
+                 "calc : document mul" + trailers("cpu", "test-mul"))
+    # 3: regressed: the fix does not fix
+    cur = (src / "ggml/src/calc.c").read_text()
+    commit_files(src, {"ggml/src/calc.c": cur.replace("return a + b; }\nint calc_neg", "return a + b + 0; }\nint calc_neg"),
+                       "tests/test-sub.cpp": program_source("sub", "calc_sub(5, 3)", 2)},
+                 "calc : sub subtracts (wrongly)" + trailers("cpu", "test-sub"))
+    # 4: a mutation the test does not catch
+    cur = (src / "ggml/src/calc.c").read_text()
+    commit_files(src, {"ggml/src/calc.c": cur.replace("int calc_neg(int a) { return a; }",
+                                                      "int calc_neg(int a) { return -a; }"),
+                       "tests/test-neg.cpp": program_source("neg", "calc_neg(2)", -2)},
+                 "calc : neg negates" + trailers("cpu", "test-neg", "Patchset-Mutation: mutations/neg-abs.patch"))
+    mutations["neg-abs"] = mutation(src, "return -a;", "return a < 0 ? a : -a;")
+    # 5: its proof needs a backend this machine does not have
+    commit_files(src, {"tests/test-gpu.cpp": program_source("gpu", "calc_add(1, 1)", 2)},
+                 "calc : gpu test" + trailers("cuda", "test-gpu"))
+    project = base / "project"
+    (project / "upstream").mkdir(parents=True)
+    (project / "patches" / "mutations").mkdir(parents=True)
+    (project / "upstream" / "llama.cpp.toml").write_text(
+        f'name = "llama.cpp"\nrepository = "{bare}"\ncommit = "{pin_commit}"\ntree = "{pin_tree}"\n'
+        f'date = "2026-10-01"\n\n[[source]]\nkind = "git"\nurl = "file://{bare}"\n')
+    write_series(project / "patches", format_mails(GitRepo(src), f"{pin_commit}..HEAD"))
+    for name, text in mutations.items():
+        (project / "patches" / "mutations" / f"{name}.patch").write_text(text)
+    return project
+
+
+@pytest.fixture(scope="module")
+def verified(project_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    cache = tmp_path_factory.mktemp("cache")
+    project = load_project(root=project_dir, cache_dir=cache)
+    report = verify(project, backends=["cpu"])
+    return project, report
+
+
+def outcomes(report) -> dict[str, str]:
+    return {v.patch.split("-", 1)[1].removesuffix(".patch"): v.outcome for v in report.verdicts}
+
+
+def test_every_outcome(verified) -> None:
+    _, report = verified
+    got = outcomes(report)
+    assert got == {
+        "calc-add-adds": PROVEN,
+        "calc-document-mul": NOT_PROVEN,
+        "calc-sub-subtracts-wrongly": REGRESSED,
+        "calc-neg-negates": NOT_PROVEN,
+        "calc-gpu-test": "needs cuda",
+    }
+    assert not report.ok
+    assert report.regressed
+    reasons = {v.patch: v.reason for v in report.verdicts}
+    assert any("mutation" in r and "not caught" in r for r in reasons.values())
+    assert any("passes without the fix" in r for r in reasons.values())
+    assert BUILD_FAILED not in got.values()
+
+
+def test_evidence_files(verified) -> None:
+    project, report = verified
+    proven = next(v for v in report.verdicts if v.outcome == PROVEN)
+    data = json.loads(proven.evidence_json.read_text())
+    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]
+    before, after, mutation = data["steps"]
+    assert before["verdict"] == "fails" and after["verdict"] == "passes" and mutation["verdict"] == "fails"
+    assert before["tests"][0]["returncode"] == 1
+    assert any("add(want=5)" in line for line in before["tests"][0]["failing"])
+    assert after["tests"][0]["passed"] == 1
+    # the trees are real commits of the work repository, and differ
+    assert len({before["commit"], after["commit"], mutation["commit"]}) == 3
+    assert data["pin"]["commit"] and data["host"]["compiler"]
+    md = proven.evidence_md.read_text()
+    assert "before tree: fails" in md and "after tree: passes" in md
+    needs = next(v for v in report.verdicts if v.outcome == "needs cuda")
+    assert "Nothing was built or run" in needs.evidence_md.read_text()
+
+
+def test_rerun_reuses_evidence_and_says_so(verified) -> None:
+    project, _ = verified
+    again = verify(project, backends=["cpu"])
+    proven = next(v for v in again.verdicts if v.outcome == PROVEN)
+    assert proven.reused and "reused" in proven.reason
+    fresh = verify(project, ["1"], backends=["cpu"], reuse=False)
+    assert fresh.verdicts[0].outcome == PROVEN and not fresh.verdicts[0].reused
+
+
+def test_user_work_untouched(verified) -> None:
+    project, _ = verified
+    # verify never creates or moves the user's work branch or the patch files
+    series = (project.patches_dir / "series").read_text()
+    assert "calc-add-adds" in series
+    work = project.work_repo
+    if (work / ".git").exists():
+        assert subprocess.run(["git", "-C", str(work), "status", "--porcelain"], capture_output=True,
+                              text=True, check=True).stdout == ""

@@ -139,6 +139,9 @@ def extract_subdir(
             if rel == PurePosixPath(".") or ".git" in rel.parts:
                 continue
             m = member.replace(name=str(rel), deep=False)
+            if m.issym() and (PurePosixPath(m.linkname).is_absolute() or _escapes(rel.parent / m.linkname)):
+                # inside the archive but outside the subdir: it would point out of `dest`
+                raise SourceError(f"{archive.name}: refused: link '{member.name}' -> '{m.linkname}' leaves '{prefix}'")
             if m.islnk():
                 try:
                     link_rel = PurePosixPath(m.linkname).relative_to(prefix)
@@ -155,7 +158,10 @@ def extract_subdir(
         for i, m in enumerate(chosen, 1):
             # the 'data' filter is a second line of defence: it re-checks paths and links and
             # drops device files and setuid bits
-            tf.extract(m, dest, filter="data")
+            try:
+                tf.extract(m, dest, filter="data")
+            except tarfile.TarError as e:
+                raise SourceError(f"{archive.name}: refused: {e}") from e
             if i % 200 == 0:
                 progress.update(i)
         progress.update(len(chosen))

@@ -168,21 +168,29 @@ def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:
 def _import_sdist(
     q: GitRepo, src: SdistSource, pin: Pin, cache_dir: Path, quarantine: Path, *, progress: ProgressSink
 ) -> str:
+    download_dir = cache_dir / "downloads" / src.sha256
+    had_download = download_dir.is_dir()
     archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
-    files = quarantine / "files"
-    count = mirror.extract_subdir(archive, src.subdir, files, progress)
-    progress.begin(f"importing {count} files", None)
-    env = {**ISOLATED, "GIT_INDEX_FILE": str(quarantine / "index")}
-    # --force: upstream tracks files that its own .gitignore matches; a plain add drops them
-    q.run("--work-tree", str(files), "add", "--all", "--force", ".", env=env)
-    tree = q.out("write-tree", env=env)
-    progress.end()
-    expected = src.tree or pin.tree
-    if tree != expected:
-        raise SourceError(
-            f"{archive.name}: imported tree {tree} does not match the pinned tree {expected} "
-            f"({count} files under {src.subdir}); the import was discarded"
-        )
+    try:
+        files = quarantine / "files"
+        count = mirror.extract_subdir(archive, src.subdir, files, progress)
+        progress.begin(f"importing {count} files", None)
+        env = {**ISOLATED, "GIT_INDEX_FILE": str(quarantine / "index")}
+        # --force: upstream tracks files that its own .gitignore matches; a plain add drops them
+        q.run("--work-tree", str(files), "add", "--all", "--force", ".", env=env)
+        tree = q.out("write-tree", env=env)
+        progress.end()
+        expected = src.tree or pin.tree
+        if tree != expected:
+            raise SourceError(
+                f"{archive.name}: imported tree {tree} does not match the pinned tree {expected} "
+                f"({count} files under {src.subdir}); the import was discarded"
+            )
+    except BaseException:
+        # an archive that gave no verified tree must not stay behind: the cache is left as it was
+        if not had_download:
+            shutil.rmtree(download_dir, ignore_errors=True)
+        raise
     date = f"{pin.date}T00:00:00Z" if pin.date and "T" not in pin.date else (pin.date or "1970-01-01T00:00:00Z")
     ident = {
         **ISOLATED, **COMMITTER,

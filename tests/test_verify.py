@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.refresh import format_mails, write_series
-from builder.gitrepo import GitRepo
 from builder.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
 
 CALC_C = """\
@@ -111,7 +111,8 @@ def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  "calc : document mul" + trailers("cpu", "test-mul"))
     # 3: regressed: the fix does not fix
     cur = (src / "ggml/src/calc.c").read_text()
-    commit_files(src, {"ggml/src/calc.c": cur.replace("return a + b; }\nint calc_neg", "return a + b + 0; }\nint calc_neg"),
+    wrong = cur.replace("return a + b; }\nint calc_neg", "return a + b + 0; }\nint calc_neg")
+    commit_files(src, {"ggml/src/calc.c": wrong,
                        "tests/test-sub.cpp": program_source("sub", "calc_sub(5, 3)", 2)},
                  "calc : sub subtracts (wrongly)" + trailers("cpu", "test-sub"))
     # 4: a mutation the test does not catch
@@ -167,7 +168,7 @@ def test_every_outcome(verified) -> None:
 
 
 def test_evidence_files(verified) -> None:
-    project, report = verified
+    _, report = verified
     proven = next(v for v in report.verdicts if v.outcome == PROVEN)
     data = json.loads(proven.evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]

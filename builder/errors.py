@@ -58,6 +58,8 @@ class BuildError(PatchsetError):
 class TestRunError(PatchsetError):
     """A test program could not be run at all (missing binary, unreadable output)."""
 
+    __test__ = False  # not a pytest test class, whatever its name says
+
     exit_code = EXIT_FAILED
 
 

@@ -30,6 +30,8 @@ _SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patch
 class TestSpec:
     """One test command a patch declares: `tests/<program>.cpp` run with `args`."""
 
+    __test__ = False  # not a pytest test class, whatever its name says
+
     program: str
     args: tuple[str, ...] = ()
     backends: tuple[str, ...] | None = None

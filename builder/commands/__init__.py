@@ -1,6 +1,7 @@
 """One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> exit code."""
 
 from builder.commands import (
+    all_cmd,
     apply_cmd,
     build_cmd,
     check_cmd,
@@ -15,4 +16,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
+    all_cmd,
 ]

@@ -1,0 +1,135 @@
+"""The test-output parsers, on outputs captured from the real programs (tests/data/)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from builder.reports import junit_xml, report_dict
+from builder.testrun import (
+    CRASHED,
+    FAIL,
+    FAILED,
+    NOTHING,
+    PASS,
+    PASSED,
+    SKIP,
+    ProgramResult,
+    TestReport,
+    parse_console,
+    parse_sql,
+    plan,
+    series_ops,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def program(name: str, text: str, returncode: int = 0, signal_name: str | None = None) -> ProgramResult:
+    cases, totals, skipped = parse_console(text, name)
+    return ProgramResult(name, (), returncode, signal_name, tuple(cases), 0.1, Path("log"), totals, tuple(skipped))
+
+
+def test_test_opt_pin_all_pass_with_optimizer_variants() -> None:
+    cases, totals, skipped = parse_console(read("test-opt-pin.txt"), "test-opt")
+    assert len(cases) == 164
+    assert totals == (164, 164)  # the program's own "118/118" and "46/46"
+    assert all(c.status == PASS for c in cases)
+    assert {c.variant for c in cases} == {"adamw", "sgd"}
+    assert sum(c.variant == "adamw" for c in cases) == 118
+    assert cases[0].name == "test_dataset" and cases[0].params == "shuffle=no, ndata_shard=1, ndata_batch=1"
+    assert skipped == []
+
+
+def test_backend_ops_grad_pass_and_large_tensor_skips() -> None:
+    p = program("test-backend-ops", read("backend-ops-grad-acc-pin.txt"))
+    assert (p.passed, p.failed, p.skipped) == (7, 0, 5)
+    assert p.verdict == PASSED
+    skips = [c for c in p.cases if c.status == SKIP]
+    assert all(c.detail.startswith("skipping large tensors") for c in skips)
+    assert {c.name for c in p.cases} == {"ACC"}
+
+
+def test_backend_ops_grad_failure_is_the_op_with_its_error() -> None:
+    # captured from a build whose CPU ACC was broken on purpose (half of each row not added)
+    p = program("test-backend-ops", read("backend-ops-grad-acc-broken.txt"), returncode=1)
+    failing = [c for c in p.cases if c.status == FAIL]
+    assert len(failing) == 1  # "[SUM] MAA = ... FAIL" and "compare failed FAIL" are one case
+    case = failing[0]
+    assert case.name == "ACC"  # printed as SUM (grad mode sums the output); given back to ACC
+    assert case.params == "type=f32,ne_a=[256,17,1,1],ne_b=[256,16,1,1],stride_dim=-1"
+    assert case.error == pytest.approx(0.500003815)
+    assert "compare failed" in case.detail
+    assert p.verdict == FAILED
+    assert p.totals_line == (20765, 20766)
+    assert "ACC(type=f32" in p.failing_lines()[0]
+
+
+def test_cpu_only_test_mode_checks_nothing() -> None:
+    p = program("test-backend-ops", read("backend-ops-test-cpu-only.txt"))
+    assert p.cases == ()
+    assert p.skipped_backends == ("CPU: Skipping CPU backend",)
+    # the program exits 0 and prints OK, and still checked nothing
+    assert p.verdict == NOTHING
+    assert parse_sql(read("backend-ops-test-cpu-only.sql")) == []
+
+
+def test_pin_full_grad_run_aborts_and_is_a_crash() -> None:
+    # at the pin, `test-backend-ops grad` aborts in REGLU's backward pass (upstream bug)
+    text = read("backend-ops-grad-all-pin-aborts.txt")
+    p = program("test-backend-ops", text, returncode=-6, signal_name="SIGABRT")
+    assert p.verdict == CRASHED
+    assert p.passed > 100
+    expm1 = [c for c in p.cases if c.status == FAIL]
+    assert expm1 and all(c.name == "EXPM1" for c in expm1)
+
+
+def test_unfinished_case_line_is_a_crash() -> None:
+    text = "Backend 1/1: CPU\n  ACC(type=f32): \x1b[1;32mOK\x1b[0m\n  SET(type=f32,ne=[4096,2,1,1]): "
+    cases, _, _ = parse_console(text, "test-backend-ops")
+    assert [c.status for c in cases] == [PASS, "crash"]
+    assert cases[1].name == "SET"
+
+
+def test_sql_rows_with_diagnostics_before_them() -> None:
+    fields = ("test_time, build_commit, backend_name, op_name, op_params, test_mode, supported, passed, "
+              "error_message, time_us, flops, bandwidth_gb_s, memory_kb, n_runs, device_description, backend_reg_name")
+    row = ("INSERT INTO test_backend_ops ({f}) VALUES ('t', 'c', 'CUDA0', 'ACC', 'type=f32,ne_a=[4096,2,1,1]', "
+           "'test', '{s}', '{p}', '', '0', '0', '0', '0', '0', 'H200', 'CUDA');")
+    text = (row.format(f=fields, s=1, p=1) + "\n"
+            + "[ACC] NMSE = 0.250000000 > 0.000000100 " + row.format(f=fields, s=1, p=0) + "\n"
+            + row.format(f=fields, s=0, p=0) + "\n")
+    cases = parse_sql(text)
+    assert [c.status for c in cases] == [PASS, FAIL, SKIP]
+    assert cases[1].error == pytest.approx(0.25)
+    assert cases[0].backend == "CUDA0"
+
+
+def test_junit_marks_failures_and_nothing_checked() -> None:
+    failing = program("test-backend-ops", read("backend-ops-grad-acc-broken.txt"), returncode=1)
+    empty = program("test-backend-ops", read("backend-ops-test-cpu-only.txt"))
+    report = TestReport("cpu", "grad", ("ACC",), (failing, empty))
+    root = ET.fromstring(junit_xml(report))
+    suites = root.findall("testsuite")
+    assert suites[0].get("failures") == "1"
+    assert len(suites[0].findall("testcase/failure")) == 1
+    assert suites[1].find("testcase/skipped").get("message").startswith("nothing checked")
+    d = report_dict(report)
+    assert d["failed"] is True and d["nothing_checked"] == ["test-backend-ops"]
+
+
+def test_plan_and_default_ops() -> None:
+    declared = [("test-backend-ops", ("grad", "-o", "ACC,SET")), ("test-opt", ()),
+                ("test-backend-ops", ("test", "-o", "SET,CPY")), ("test-metal-buffer-lookup", ())]
+    assert series_ops(declared) == ["ACC", "SET", "CPY"]
+    invs = plan("CPU", "cpu", "grad", ["ACC", "SET"], [("test-metal-buffer-lookup", ())])
+    assert [(i.program, i.args) for i in invs] == [
+        ("test-opt", ()), ("test-backend-ops", ("grad", "-o", "ACC,SET", "-b", "CPU")),
+        ("test-metal-buffer-lookup", ()),
+    ]

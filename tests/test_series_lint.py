@@ -1,0 +1,145 @@
+"""series lint: each problem found, located by file and line; `patchset check` exits 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import STANDARD_NAMES, Proj
+
+from builder.cli import main
+from builder.errors import SeriesError
+from builder.series import Finding, lint, load_series
+
+
+def _line(path: Path, needle: str) -> int:
+    lines = path.read_text().splitlines()
+    hits = [n for n, line in enumerate(lines, 1) if needle in line]
+    assert hits, f"{needle!r} not in {path}"
+    return hits[0]
+
+
+def _only(findings: list[Finding]) -> Finding:
+    assert len(findings) == 1, [str(f) for f in findings]
+    return findings[0]
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_clean_series_has_no_findings(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    series, findings = lint(proj.patches)
+    assert findings == []
+    assert [p.name for p in series.patches] == STANDARD_NAMES
+    p2 = series.patches[1]
+    assert p2.meta.status == "submitted"
+    assert p2.meta.status_ref == "https://github.com/ggml-org/llama.cpp/pull/1"
+    assert p2.meta.backends == ("cpu", "cuda")
+    assert [str(t) for t in p2.meta.tests] == ["[cpu] test-x --fast"]
+    assert p2.meta.before == "build-fails"
+    assert p2.meta.mutation == "mutations/0002-b-null.patch"
+    assert series.patches[0].files == ("src/a.c",)
+    assert main(["--project", str(proj.root), "check"]) == 0
+    assert "series OK: 3 patch(es)" in capsys.readouterr().out
+
+
+def test_listed_file_missing(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    (proj.patches / STANDARD_NAMES[1]).unlink()
+    f = _only(lint(proj.patches)[1])
+    assert f.file == proj.patches / "series"
+    assert f.line == _line(proj.patches / "series", STANDARD_NAMES[1])
+    assert "does not exist" in f.message
+    assert main(["--project", str(proj.root), "check"]) == 1
+    assert f"series:{f.line}:" in capsys.readouterr().out
+    with pytest.raises(SeriesError, match=f"series:{f.line}:"):
+        load_series(proj.patches)
+
+
+def test_patch_file_not_listed(proj: Proj) -> None:
+    extra = proj.patches / "0004-stray.patch"
+    extra.write_bytes((proj.patches / STANDARD_NAMES[0]).read_bytes())
+    f = _only(lint(proj.patches)[1])
+    assert (f.file, f.line) == (extra, 0)
+    assert "not listed" in f.message
+    assert main(["--project", str(proj.root), "check"]) == 1
+
+
+def test_duplicate_entry(proj: Proj) -> None:
+    series_file = proj.patches / "series"
+    series_file.write_text(series_file.read_text() + STANDARD_NAMES[0] + "\n")
+    f = _only(lint(proj.patches)[1])
+    assert f.file == series_file
+    assert f.line == len(series_file.read_text().splitlines())
+    assert "duplicate" in f.message
+    assert f"first on line {_line(series_file, STANDARD_NAMES[0])}" in f.message
+    assert main(["--project", str(proj.root), "check"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "expect"),
+    [
+        pytest.param(lambda text: "this is not a patch\njust words\n", "holds no diff", id="garbage"),
+        # a hunk that promises more lines than it has
+        pytest.param(lambda text: text.replace("@@ -4,7 +4,7 @@", "@@ -4,9 +4,9 @@"), "not a parseable patch",
+                     id="truncated-hunk"),
+        # a hunk body line with no ' ', '+' or '-' prefix
+        pytest.param(lambda text: text.replace("\n     int y = 2;\n", "\nint y = 2;\n"), "not a parseable patch",
+                     id="corrupt-hunk-line"),
+    ],
+)
+def test_unparseable_patch(proj: Proj, corrupt, expect: str) -> None:  # type: ignore[no-untyped-def]
+    path = proj.patches / STANDARD_NAMES[0]
+    path.write_text(corrupt(path.read_text()))
+    f = _only(lint(proj.patches)[1])
+    assert f.file == path
+    assert f.line == 0
+    assert expect in f.message
+    assert main(["--project", str(proj.root), "check"]) == 1
+
+
+@pytest.mark.parametrize("target", ["../x", "/etc/passwd"])
+def test_patch_touching_a_path_outside_the_tree(proj: Proj, target: str) -> None:
+    path = proj.patches / STANDARD_NAMES[0]
+    text = path.read_text()
+    path.write_text(text.replace("a/src/a.c", f"a/{target}").replace("b/src/a.c", f"b/{target}"))
+    findings = lint(proj.patches)[1]
+    assert findings, "a path outside the tree was accepted"
+    assert all(f.file == path and "outside the tree" in f.message for f in findings)
+    assert findings[0].line == _line(path, "diff --git ")
+    assert target in findings[0].message
+    assert main(["--project", str(proj.root), "check"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("patch", "old", "new", "expect"),
+    [
+        pytest.param(0, "Patchset-Backends: cpu", "Patchset-Backends: cpu\nPatchset-Foo: bar",
+                     "unknown trailer", id="unknown-trailer"),
+        pytest.param(0, "Patchset-Status: pending", "Patchset-Status: maybe", "'maybe' is not one of",
+                     id="bad-status-word"),
+        pytest.param(1, "Patchset-Status: submitted https://github.com/ggml-org/llama.cpp/pull/1",
+                     "Patchset-Status: submitted", "needs a pull-request URL", id="submitted-without-url"),
+        pytest.param(1, "Patchset-Backends: cpu cuda", "Patchset-Backends: cpu vulkan", "unknown backend(s) vulkan",
+                     id="unknown-backend"),
+        pytest.param(1, "Patchset-Test: [cpu] test-x", "Patchset-Test: [rocm] test-x", "unknown backend(s) rocm",
+                     id="unknown-test-backend"),
+        pytest.param(1, "Patchset-Before: build-fails", "Patchset-Before: sometimes", "'sometimes' is not one of",
+                     id="bad-before"),
+        pytest.param(1, "Patchset-Mutation: mutations/0002-b-null.patch", "Patchset-Mutation: mutations/nope.patch",
+                     "does not exist", id="missing-mutation"),
+        pytest.param(0, "Patchset-Status: pending", "Patchset-Status: pending\nPatchset-Status: fork-only",
+                     "given more than once", id="repeated-status"),
+    ],
+)
+def test_malformed_trailers(proj: Proj, patch: int, old: str, new: str, expect: str) -> None:
+    path = proj.patches / STANDARD_NAMES[patch]
+    _edit(path, old, new)
+    f = _only(lint(proj.patches)[1])
+    assert f.file == path
+    assert expect in f.message
+    bad_line = new.splitlines()[-1]
+    assert f.line == _line(path, bad_line)
+    assert main(["--project", str(proj.root), "check"]) == 1

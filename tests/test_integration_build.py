@@ -1,0 +1,88 @@
+"""The real pin end to end: apply the real series, build the CPU minimal target set, run the tests,
+and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked integration."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.pipeline import run_build, run_tests
+from builder.project import Project, load_project
+from builder.series import load_series
+from builder.testrun import FAILED, PASSED, series_ops
+from builder.verify import PROVEN, verify
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    root = tmp_path_factory.mktemp("real-project")
+    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
+                        cache_dir=real_pin_cache)
+
+
+@pytest.fixture(scope="module")
+def built(project: Project):
+    result = run_build(project, "cpu", "minimal")
+    assert result.ok, f"build failed: {result.first_error} (log {result.log})"
+    return result
+
+
+def test_minimal_build_has_the_test_programs(built) -> None:
+    for program in ("test-opt", "test-backend-ops"):
+        assert (built.bin_dir / program).is_file()
+    # nothing of libllama: the minimal set builds ggml and the test programs only
+    assert not list(built.build_dir.rglob("libllama*"))
+
+
+def test_rebuild_is_a_noop(project: Project, built) -> None:
+    again = run_build(project, "cpu", "minimal")
+    assert again.ok and again.noop and not again.configured
+
+
+def test_series_tests_pass_on_the_cpu(project: Project, built) -> None:
+    series = load_series(project.patches_dir)
+    report = run_tests(project, "cpu")
+    by_program = {p.program: p for p in report.programs}
+    opt, ops = by_program["test-opt"], by_program["test-backend-ops"]
+    assert opt.verdict == PASSED and opt.failed == 0
+    assert opt.passed >= 164  # the pin's own 118 + 46, plus the series' new cases
+    assert ops.verdict == PASSED and ops.failed == 0
+    declared = series_ops([(t.program, t.args) for p in series.patches for t in p.meta.tests])
+    assert set(declared) >= {"ACC", "SET"}
+    seen = {c.name for c in ops.cases if c.status == "pass"}
+    assert set(declared) <= seen, f"ops without a passing case: {set(declared) - seen}"
+    # the series' 4096-wide cases really ran (were not skipped as large tensors)
+    wide = [c for c in ops.cases if "4096" in c.params]
+    assert wide and all(c.status == "pass" for c in wide if c.name in ("ACC", "SET"))
+    assert not report.failed
+
+
+def test_verify_on_the_cpu(project: Project, built) -> None:
+    report = verify(project, backends=["cpu"])
+    outcomes = {v.patch: v for v in report.verdicts}
+    names = sorted(outcomes)
+    assert len(names) == 4
+    nil_lookup, eval_status, opt_free, acc_set = names
+    assert outcomes[eval_status].outcome == PROVEN, outcomes[eval_status].reason
+    assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
+    assert outcomes[nil_lookup].outcome == "needs metal"
+    assert outcomes[acc_set].outcome == "needs metal"
+    assert report.ok and not report.regressed
+    # patch 4's tests run on the CPU with the fix, and pass there
+    data = json.loads(outcomes[acc_set].evidence_json.read_text())
+    assert [s["tree"] for s in data["steps"]] == ["after"]
+    assert data["steps"][0]["verdict"] == "passes"
+    # patch 3's proof includes its mutation, seen failing
+    data = json.loads(outcomes[opt_free].evidence_json.read_text())
+    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]
+    assert data["steps"][2]["verdict"] == "fails"
+    assert FAILED not in {s["verdict"] for s in data["steps"]}

@@ -85,6 +85,9 @@ class ProgramResult:
 
 _BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.+)$")
 _CASE = re.compile(r"^  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+# in test mode the comparison callback prints its verdict ("[ACC] ERR = 1.7 > 1e-07 ") before the
+# case's own "  ACC(...): " prefix, on the same line
+_PREFIXED_CASE = re.compile(r"^(?P<pre>\[[A-Za-z_0-9]+\] .*?)\s*  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
 _TOTALS = re.compile(r"^  (\d+)/(\d+) tests passed$")
 _BACKEND_STATUS = re.compile(r"^  Backend (?P<backend>\S+)(?: (?P<variant>\S+))?: (?P<status>OK|FAIL|SKIPPED)$")
 _ERRVAL = re.compile(r"\b(?:ERR|NMSE|MAA) = ([0-9.eE+-]+|nan|inf)")
@@ -139,7 +142,7 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
                 skipped.append(f"{m.group('backend')} {m.group('variant') or ''}".strip())
             group_start = len(cases)
             continue
-        m = _CASE.match(line)
+        m = _CASE.match(line) or _PREFIXED_CASE.match(line)
         if m:
             pending = None
             st = _status_of(m.group("rest"))
@@ -147,6 +150,8 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
                 pending = (m.group("name"), m.group("params"), m.group("rest"))
                 continue
             status, detail = st
+            if "pre" in m.groupdict() and m.group("pre"):
+                detail = f"{m.group('pre').strip()} {detail}".strip()
             name, params = m.group("name"), m.group("params")
             prev = cases[-1] if len(cases) > group_start else None
             # grad mode wraps each op's output in ggml_sum and prints the failure under the name

@@ -133,3 +133,36 @@ def test_plan_and_default_ops() -> None:
         ("test-opt", ()), ("test-backend-ops", ("grad", "-o", "ACC,SET", "-b", "CPU")),
         ("test-metal-buffer-lookup", ()),
     ]
+
+
+# captured on an NVIDIA H200 (CUDA 13.0) from a `patchset slice` of the series, built with plain cmake
+
+
+def test_cuda_test_mode_passes_with_the_series_wide_cases() -> None:
+    p = program("test-backend-ops", read("cuda-test-acc-set.txt"))
+    assert p.verdict == PASSED
+    assert (p.passed, p.failed) == (23, 0)
+    assert p.totals_line == (23, 23)
+    assert all(c.backend == "CUDA0" for c in p.cases)
+    assert p.skipped_backends == ("CPU: Skipping",)
+    wide = [c for c in p.cases if "4096" in c.params or "2048" in c.params]
+    assert len(wide) == 8
+    assert sum(c.status == PASS for c in wide) == 7  # one strided ACC view is not supported by CUDA
+    # the SQL output of the same run carries the same verdicts, case by case
+    sql = parse_sql(read("cuda-test-acc-set.sql"))
+    assert [(c.case_id, c.status) for c in sql] == [(c.case_id, c.status) for c in p.cases]
+
+
+def test_cuda_failure_diagnostic_printed_before_the_case_name() -> None:
+    # captured from the same build with CUDA's ACC kernel broken on purpose (stale memory past
+    # 1024 elements of a row, the shape of the Metal bug that patch 4 fixes)
+    p = program("test-backend-ops", read("cuda-test-acc-broken.txt"), returncode=1)
+    failing = [c for c in p.cases if c.status == FAIL]
+    assert len(failing) == 6 and all(c.name == "ACC" for c in failing)
+    assert failing[0].params == "type=f32,ne_a=[256,17,1,1],ne_b=[256,16,1,1],stride_dim=-1"
+    assert failing[0].error == pytest.approx(1.705436780)
+    assert p.verdict == FAILED
+    sql = parse_sql(read("cuda-test-acc-broken.sql"))
+    sql_failing = [c for c in sql if c.status == FAIL]
+    assert [c.params for c in sql_failing] == [c.params for c in failing]
+    assert all(c.error is not None and c.error > 1.0 for c in sql_failing)

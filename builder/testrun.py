@@ -87,7 +87,8 @@ _BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.+)$")
 _CASE = re.compile(r"^  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
 # in test mode the comparison callback prints its verdict ("[ACC] ERR = 1.7 > 1e-07 ") before the
 # case's own "  ACC(...): " prefix, on the same line
-_PREFIXED_CASE = re.compile(r"^(?P<pre>\[[A-Za-z_0-9]+\] .*?)\s*  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
+_PREFIXED_CASE = re.compile(
+    r"^(?P<pre>\[[A-Za-z_0-9]+\] .*?)\s*  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
 _TOTALS = re.compile(r"^  (\d+)/(\d+) tests passed$")
 _BACKEND_STATUS = re.compile(r"^  Backend (?P<backend>\S+)(?: (?P<variant>\S+))?: (?P<status>OK|FAIL|SKIPPED)$")
 _ERRVAL = re.compile(r"\b(?:ERR|NMSE|MAA) = ([0-9.eE+-]+|nan|inf)")

@@ -117,7 +117,8 @@ def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) ->
     series = load_series(project.patches_dir)
     progs = programs_for(work.path, series)
     paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs]
-    out = out or project.state_dir / f"slice-{commit[:12]}.tar.gz"
+    # absolute: git runs in the work repository, where a relative path means something else
+    out = (out or project.state_dir / f"slice-{commit[:12]}.tar.gz").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     plain = out.with_suffix(out.suffix + ".tar.tmp")
     git.run("archive", "--format=tar", "-o", str(plain), commit, "--", *paths)

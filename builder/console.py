@@ -9,6 +9,7 @@ import time
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 console = Console(stderr=False, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
@@ -44,14 +45,15 @@ class CliProgress:
         self._every = plain_every_s
 
     def begin(self, label: str, total: int | None = None) -> None:
-        self._label = label
+        # labels carry names like "[cpu]": text, never rich markup
+        self._label = escape(label)
         if interactive():
             self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
             self._bar.start()
             self._task = self._bar.add_task(label, total=total)
         else:
-            console.print(f"{label} ...")
+            console.print(f"{self._label} ...")
             self._last = time.monotonic()
 
     def update(self, completed: int, total: int | None = None, detail: str = "") -> None:

@@ -102,7 +102,8 @@ def markdown(ev: Evidence) -> str:
         for t in s.tests:
             counts = f"{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped"
             took = f"{t['duration_s']:.2f}s"
-            out.append(f"- `{t['command']}`: exit {t['returncode']}, {t['verdict']} ({counts}) in {took}")
+            how = f"killed by {t['signal']}" if t.get("signal") else f"exit {t['returncode']}"
+            out.append(f"- `{t['command']}`: {how}, {t['verdict']} ({counts}) in {took}")
             if t.get("failing"):
                 out += ["  ```", *[f"  {line}" for line in t["failing"][:15]], "  ```"]
         out.append("")

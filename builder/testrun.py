@@ -9,6 +9,7 @@ print SQL rows (`--output sql`), which carry a `passed` field per case; it does 
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -217,6 +218,16 @@ class Invocation:
     sql: bool = False
 
 
+def _unbuffered() -> list[str]:
+    """stdbuf, where there is one, so that stdout reaches us as the program prints it.
+
+    Into a pipe, printf is block-buffered: a program that crashes loses its last lines, and its
+    stderr arrives ahead of stdout written earlier, so the case that crashed is misnamed.
+    """
+    stdbuf = shutil.which("stdbuf")
+    return [stdbuf, "-o0", "-e0"] if stdbuf else []
+
+
 def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = 3600) -> ProgramResult:
     exe = bin_dir / inv.program
     if not exe.exists():
@@ -224,7 +235,7 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     start = time.monotonic()
-    r = proc.stream([str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout)
+    r = proc.stream([*_unbuffered(), str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout)
     sig = None
     if r.returncode < 0:
         try:

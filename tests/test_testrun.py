@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -16,11 +17,13 @@ from builder.testrun import (
     PASS,
     PASSED,
     SKIP,
+    Invocation,
     ProgramResult,
     TestReport,
     parse_console,
     parse_sql,
     plan,
+    run_program,
     series_ops,
 )
 
@@ -166,3 +169,30 @@ def test_cuda_failure_diagnostic_printed_before_the_case_name() -> None:
     sql_failing = [c for c in sql if c.status == FAIL]
     assert [c.params for c in sql_failing] == [c.params for c in failing]
     assert all(c.error is not None and c.error > 1.0 for c in sql_failing)
+
+
+CRASHER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    printf("Backend 1/1: CPU\n");
+    printf("  case_a(x=1): OK\n");
+    printf("  case_b(x=2): ");
+    fprintf(stderr, "about to crash\n");
+    abort();
+}
+"""
+
+
+def test_a_crashing_program_keeps_its_last_lines(tmp_path: Path) -> None:
+    # into a pipe printf is block-buffered: without stdbuf the crash loses everything it printed
+    src = tmp_path / "crasher.c"
+    src.write_text(CRASHER)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    subprocess.run(["cc", "-o", str(bin_dir / "crasher"), str(src)], check=True)
+    r = run_program(bin_dir, Invocation("crasher", ()), tmp_path / "crasher.log")
+    assert r.signal_name == "SIGABRT"
+    assert r.verdict == CRASHED
+    assert [(c.name, c.status) for c in r.cases] == [("case_a", PASS), ("case_b", "crash")]
+    assert "about to crash" in (tmp_path / "crasher.log").read_text()

@@ -11,6 +11,7 @@ from builder.pin import Pin, load_pin
 from builder.progress import ProgressSink
 from builder.project import Project
 from builder.series import Series, load_series
+from builder.upstream import Fetched
 from builder.worktree import (
     PATCHED,
     UPSTREAM,
@@ -29,15 +30,15 @@ class ApplyResult:
     upstream: str
     outcomes: tuple[PatchOutcome, ...] = ()
     backups: tuple[str, ...] = ()
-    fetched: upstream.Fetched | None = None
+    fetched: Fetched | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def fetch(project: Project, progress: ProgressSink | None = None) -> upstream.Fetched:
+def fetch(project: Project, progress: ProgressSink | None = None) -> Fetched:
     return upstream.fetch(project.cache_dir, load_pin(project.pin_file), progress)
 
 
-def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin, Series, upstream.Fetched, WorkRepo]:
+def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin, Series, Fetched, WorkRepo]:
     pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)
     fetched = upstream.fetch(project.cache_dir, pin, progress)
@@ -80,7 +81,7 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
         return _finish(work, fetched, fp, outcomes, backups)
 
 
-def _finish(work: WorkRepo, fetched: upstream.Fetched, fp: str, outcomes: list[PatchOutcome],
+def _finish(work: WorkRepo, fetched: Fetched, fp: str, outcomes: list[PatchOutcome],
             backups: list[str] | tuple[str, ...] = ()) -> ApplyResult:
     state = work.load_state()
     names = (state.op.extra.get("names", []) if state.op else [])

@@ -10,7 +10,15 @@ import time
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 console = Console(stderr=False, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
@@ -39,7 +47,7 @@ class CliProgress:
 
     def __init__(self, plain_every_s: float = 10.0) -> None:
         self._bar: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
         self._label = ""
         self._last = 0.0
         self._every = plain_every_s

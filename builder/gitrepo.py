@@ -1,18 +1,26 @@
-"""Git, driven as git itself: porcelain through `git -C`, object reads through GitPython.
+"""Git, driven as git itself through GitPython's command runner.
 
-Every command runs with a clean environment (no inherited GIT_DIR and friends) and without the
-user's signing or hook configuration getting in the way of commits we create on their behalf.
+Patch application, merges and mails are git's own (`am --3way`, `apply`, `format-patch`); we
+never re-implement them. Every command is an argument list with `-C <repo>`, logged as `RUN:`,
+with the locale fixed to C (GitPython does that, so the messages we read are git's English
+ones), and without the user's signing or hook configuration getting in the way of commits we
+create on their behalf. Failures become one ProcessError carrying command, exit code and output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import cached_property
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import git as gitpython
 
 from builder import proc
+from builder.errors import ProcessError
+
+log = logging.getLogger("patchset")
 
 # commits patchset creates must not prompt for a signing key or run the user's hooks
 _SAFE_CONFIG = ("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false")
@@ -30,6 +38,7 @@ class GitRepo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._git = gitpython.Git()
 
     def run(
         self,
@@ -39,18 +48,29 @@ class GitRepo:
         input_text: str | None = None,
         timeout: float | None = None,
     ) -> proc.Completed:
-        return proc.run(
-            ["git", "-C", str(self.path), *_SAFE_CONFIG, *args],
-            env=env, check=check, input_text=input_text, timeout=timeout,
-        )
+        argv = ["git", "-C", str(self.path), *_SAFE_CONFIG, *args]
+        log.debug("RUN: %s", " ".join(argv))
+        start = time.monotonic()
+        with tempfile.TemporaryFile() as stdin:
+            if input_text is not None:
+                stdin.write(input_text.encode("utf-8"))
+                stdin.seek(0)
+            try:
+                status, out, err = self._git.execute(
+                    argv, istream=stdin if input_text is not None else None, with_extended_output=True,
+                    with_exceptions=False, env=proc.clean_env(env), kill_after_timeout=timeout,
+                    strip_newline_in_stdout=False,
+                )
+            except gitpython.GitCommandNotFound as e:
+                raise ProcessError(argv, 127, "", "git: not found") from e
+        done = proc.Completed(tuple(argv), int(status or 0), str(out), str(err), time.monotonic() - start)
+        if check and done.returncode != 0:
+            raise ProcessError(argv, done.returncode, done.stdout, done.stderr)
+        return done
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         """Stdout of a git query, stripped."""
         return self.run(*args, env=env).stdout.strip()
-
-    @cached_property
-    def repo(self) -> gitpython.Repo:
-        return gitpython.Repo(self.path)
 
     def rev(self, ref: str) -> str | None:
         """The object id `ref` names, or None when it names nothing."""
@@ -80,17 +100,9 @@ class GitRepo:
         r = self.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
         return r.stdout.strip() or None
 
-    def message(self, commit: str) -> str:
-        return self.repo.commit(commit).message
-
-    def patch_id(self, diff_text: str) -> str | None:
-        """git's stable patch id of a diff (whitespace-insensitive, context-independent)."""
-        r = self.run("patch-id", "--stable", input_text=diff_text)
-        return r.stdout.split()[0] if r.stdout.strip() else None
-
 
 def init_repo(path: Path, bare: bool = False) -> GitRepo:
     path.mkdir(parents=True, exist_ok=True)
-    args: Sequence[str] = ["init", "--quiet", *(["--bare"] if bare else []), str(path)]
-    proc.run(["git", *args])
-    return GitRepo(path)
+    repo = GitRepo(path)
+    repo.run("init", "--quiet", *(["--bare"] if bare else []))
+    return repo

@@ -344,10 +344,10 @@ def lint(patches_dir: Path) -> tuple[Series, list[Finding]]:
     listed = {e.name for e in entries}
     mutations = {p.meta.mutation for p in patches if p.meta.mutation}
     if patches_dir.is_dir():
-        for f in sorted(patches_dir.rglob("*.patch")):
-            rel = f.relative_to(patches_dir).as_posix()
+        for path in sorted(patches_dir.rglob("*.patch")):
+            rel = path.relative_to(patches_dir).as_posix()
             if rel not in listed and rel not in mutations and not rel.startswith("mutations/"):
-                findings.append(Finding(f, 0, "patch file is not listed in the series"))
+                findings.append(Finding(path, 0, "patch file is not listed in the series"))
     return Series(series_file, tuple(patches)), findings
 
 

@@ -244,7 +244,7 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
             sig = f"signal {-r.returncode}"
     if inv.sql:
         cases = parse_sql(r.stdout, inv.program)
-        totals, skipped = None, []
+        totals, skipped = None, list[str]()
     else:
         cases, totals, skipped = parse_console(r.stdout, inv.program)
     return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,

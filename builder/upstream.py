@@ -170,7 +170,11 @@ def _import_sdist(
 ) -> str:
     download_dir = cache_dir / "downloads" / src.sha256
     had_download = download_dir.is_dir()
-    archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
+    progress.begin(f"downloading {src.requirement or src.url} (checked by sha256)", None)
+    try:
+        archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
+    finally:
+        progress.end()
     try:
         files = quarantine / "files"
         count = mirror.extract_subdir(archive, src.subdir, files, progress)

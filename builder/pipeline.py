@@ -46,17 +46,17 @@ def programs_for(source: Path, series: Series) -> tuple[str, ...]:
 
 
 def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tuple[WorkRepo, ApplyResult | None]:
-    """The work repository on `patched`, applying first unless it is already up to date.
+    """The work repository on `patched`, applying first unless it already holds this series.
 
-    Uncommitted edits in an up-to-date work tree are built as they are (that is how a fix is
-    developed); apply would refuse to touch them anyway.
+    Edits and commits made in the work tree since (that is how a fix is developed) are built as
+    they are; apply would refuse to touch them anyway.
     """
     work = WorkRepo(project.work_repo)
     if work.exists() and work.head() and work.git.current_branch() == PATCHED:
         state = work.load_state()
         pin = load_pin(project.pin_file)
         series = load_series(project.patches_dir)
-        if state.op is None and state.fingerprint == fingerprint(pin, pin.tree, series) and work.git.is_dirty():
+        if state.op is None and state.fingerprint == fingerprint(pin, pin.tree, series):
             return work, None
     return work, apply(project, progress=progress)
 

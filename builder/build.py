@@ -144,6 +144,14 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
     return args + list(spec.extra_cmake_args)
 
 
+def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
+    """The targets to ask for: the chosen ones, and in the minimal project the step that makes ninja
+    compile the test sources first (see builder/cmake/CMakeLists.txt)."""
+    if not spec.build_targets:
+        return ()
+    return (*spec.build_targets, "patchset-order") if spec.targets == "minimal" else spec.build_targets
+
+
 def _record_path(build_dir: Path) -> Path:
     return build_dir / ".patchset-build.json"
 
@@ -218,7 +226,7 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
 
     cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
     if spec.build_targets:
-        cmd += ["--target", *spec.build_targets]
+        cmd += ["--target", *ninja_targets(spec)]
     r = proc.stream(cmd, log_file=log, on_line=on_line)
     if bar_started:
         progress.end()

@@ -77,6 +77,14 @@ class GitRepo:
         r = self.run("rev-parse", "--verify", "--quiet", f"{ref}^{{object}}", check=False)
         return r.stdout.strip() or None
 
+    def blob(self, commit: str, path: str) -> str | None:
+        """The id of the file at `path` in `commit`, or None when there is none.
+
+        Not through rev(): a `^{object}` after `commit:path` would be read as part of the path.
+        """
+        r = self.run("rev-parse", "--verify", "--quiet", f"{commit}:{path}", check=False)
+        return r.stdout.strip() or None
+
     def tree_of(self, ref: str) -> str:
         return self.out("rev-parse", f"{ref}^{{tree}}")
 

@@ -9,6 +9,7 @@ trees recompiles only the files that differ.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -157,6 +158,8 @@ class Verifier:
         self.src = self.root / "src"
         self._checked_out: str | None = None
         self._host: dict | None = None
+        self.later: list[tuple[Trees, tuple[str, ...]]] = []
+        """Trees and test programs of the jobs still to come: what a build may make for them too."""
 
     # -- trees ---------------------------------------------------------------------------------
     def make_trees(self) -> dict[int, Trees]:
@@ -183,15 +186,21 @@ class Verifier:
         self.checkout(commit)
         programs = tuple(dict.fromkeys(t.program for t in tests))
         targets = "full" if any(_needs_full(self.src, p) for p in programs) else "minimal"
-        present = tuple(p for p in programs if (self.src / "tests" / f"{p}.cpp").exists())
+        present = tuple(p for p in programs if (self.src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
             source=self.src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
-            targets=targets, programs=present or programs, jobs=self.jobs, build_targets=present or programs,
+            targets=targets, programs=present, jobs=self.jobs, build_targets=present,
         )
+        extra = self._shared_programs(commit, present) if targets == "minimal" else ()
         self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
-        result = buildmod.build(spec)
+        used = dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
+        result = buildmod.build(used)
+        if extra and not result.ok:
+            # a program built ahead for a later tree must not decide this tree's verdict
+            used = spec
+            result = buildmod.build(used)
         self.progress.end()
-        command = f"cmake --build {spec.build_dir} --target {' '.join(spec.build_targets)}"
+        command = f"cmake --build {used.build_dir} --target {' '.join(buildmod.ninja_targets(used))}"
         tree_id = self.work.git.tree_of(commit)
         if not result.ok:
             errors = _compiler_errors(result.log)
@@ -215,6 +224,26 @@ class Verifier:
             all_pass = all_pass and r.verdict == testrun.PASSED
         verdict = "fails" if any_fail else ("passes" if all_pass else "nothing checked")
         return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
+
+    def _shared_programs(self, commit: str, own: tuple[str, ...]) -> tuple[str, ...]:
+        """Test programs a later job needs whose source is the same in this tree.
+
+        Built in the same run as this tree's own programs they share its two cores (a lone
+        test-backend-ops.cpp takes ~28 s on one), and ninja has nothing left to do for them
+        when the later tree comes, unless the libraries changed in between.
+        """
+        git = self.work.git
+        found: list[str] = []
+        for trees, programs in self.later:
+            for program in programs:
+                if program in own or program in found:
+                    continue
+                path = f"tests/{program}.cpp"
+                here = git.blob(commit, path)
+                later = (trees.before, trees.after, trees.mutation)
+                if here and any(c and git.blob(c, path) == here for c in later):
+                    found.append(program)
+        return tuple(found)
 
     # -- one patch on one backend ------------------------------------------------------------------
     def verify_patch(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict:
@@ -261,17 +290,8 @@ class Verifier:
     def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
                steps: list[ev.Step]) -> tuple[str, str]:
         meta = patch.meta
-        before = self.run_tree("before", trees.before, patch, backend, tests)
-        steps.append(before)
-        if before.verdict == "build-failed":
-            return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
-        if before.verdict == "build-fails" and meta.before != "build-fails":
-            return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
-                                  "patch adds, say `Patchset-Before: build-fails`")
-        if before.verdict == "passes":
-            return NOT_PROVEN, "the test passes without the fix: it does not guard it"
-        if before.verdict == "nothing checked":
-            return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
+        # after first: the trees are visited from the head of the series down, and each patch's
+        # after tree is the one closest to the tree built last
         after = self.run_tree("after", trees.after, patch, backend, tests)
         steps.append(after)
         if not after.build_ok:
@@ -285,6 +305,17 @@ class Verifier:
                 return BUILD_FAILED, f"the mutation tree ({meta.mutation}) fails to build"
             if mut.verdict != "fails":
                 return NOT_PROVEN, f"the mutation {meta.mutation} is not caught: the test {mut.verdict} with it"
+        before = self.run_tree("before", trees.before, patch, backend, tests)
+        steps.insert(0, before)
+        if before.verdict == "build-failed":
+            return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
+        if before.verdict == "build-fails" and meta.before != "build-fails":
+            return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
+                                  "patch adds, say `Patchset-Before: build-fails`")
+        if before.verdict == "passes":
+            return NOT_PROVEN, "the test passes without the fix: it does not guard it"
+        if before.verdict == "nothing checked":
+            return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
         how = "fails to compile in its test files only" if before.verdict == "build-fails" else "fails"
         mut_note = f"; the mutation {meta.mutation} is caught" if trees.mutation else ""
         return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}"
@@ -329,13 +360,19 @@ def verify(project: Project, names: list[str] | None = None, backends: list[str]
     v = Verifier(project, progress, reuse, jobs)
     chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
     trees = v.make_trees()
-    backends = backends or [b for b in available_backends()]
+    backends = backends or list(available_backends())
+    for backend in backends:
+        buildmod.profile(backend)
+    # from the head of the series down: neighbouring trees differ least, so each switch of the
+    # one verify worktree recompiles little
+    plan = [(patch, backend) for patch in reversed(chosen) for backend in backends]
     verdicts = []
-    for patch in chosen:
-        for backend in backends:
-            buildmod.profile(backend)
-            verdicts.append(v.verify_patch(patch, trees[patch.index], backend))
-    return VerifyReport(tuple(verdicts))
+    for i, (patch, backend) in enumerate(plan):
+        v.later = [(trees[p.index], tuple(t.program for t in p.meta.tests if t.runs_on(b, p.meta.backends)))
+                   for p, b in plan[i + 1:] if b == backend]
+        verdicts.append(v.verify_patch(patch, trees[patch.index], backend))
+    order = {(p.name, b): n for n, (p, b) in enumerate((p, b) for p in chosen for b in backends)}
+    return VerifyReport(tuple(sorted(verdicts, key=lambda x: order[(x.patch, x.backend)])))
 
 
 def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:

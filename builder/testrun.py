@@ -245,6 +245,10 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     if inv.sql:
         cases = parse_sql(r.stdout, inv.program)
         totals, skipped = None, list[str]()
+        if not cases:
+            # no rows: nothing ran, or a program that does not print SQL; its console lines
+            # (if any) still say which backends it skipped
+            cases, totals, skipped = parse_console(r.stdout, inv.program)
     else:
         cases, totals, skipped = parse_console(r.stdout, inv.program)
     return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,
@@ -299,7 +303,11 @@ def plan(backend_device: str, backend: str, mode: str, ops: list[str] | None,
         args += ["-o", ",".join(ops)]
     if not (backend == "cpu" and mode == "test"):
         args += ["-b", backend_device]
-    invs = [Invocation("test-opt", ()), Invocation("test-backend-ops", tuple(args))]
+    # SQL rows carry a `passed` field per case; test-backend-ops prints them in test mode only
+    sql = mode == "test"
+    if sql:
+        args += ["--output", "sql"]
+    invs = [Invocation("test-opt", ()), Invocation("test-backend-ops", tuple(args), sql=sql)]
     for program, pargs in extra_programs:
         if program in ("test-opt", "test-backend-ops"):
             continue

@@ -6,7 +6,7 @@ import pytest
 from helpers import A_C, B_C, PATCH1_A_C, PATCH2_B_C, STANDARD_NAMES, Proj
 
 from builder.apply import apply
-from builder.errors import ConflictError, WorkTreeError
+from builder.errors import ConflictError, SourceError, WorkTreeError
 from builder.pin import load_pin
 from builder.rebase import abort_rebase, continue_rebase, rebase
 from builder.series import load_series
@@ -149,3 +149,36 @@ def test_conflict_resolved_to_upstream_version_drops_the_patch(proj: Proj) -> No
     assert proj.wgit("show", "patched:src/b.c") == UPSTREAM_B_C.rstrip("\n")
     assert load_pin(proj.project.pin_file).commit == new
     assert apply(proj.project).noop
+
+
+def test_rebase_onto_a_pin_file(proj: Proj, tmp_path) -> None:
+    apply(proj.project)
+    new = proj.upstream.advance({"README": "tiny upstream, moved on\n"}, "upstream moves on\n")
+    target = tmp_path / "next.toml"
+    target.write_text(
+        f'name = "llama.cpp"\nrepository = "{proj.upstream.url}"\ncommit = "{new}"\ntag = "b2"\n'
+        f'date = "2026-11-01"\ntree = "{proj.upstream.tree_of(new)}"\n\n'
+        f'[[source]]\nkind = "git"\nurl = "{proj.upstream.url}"\n')
+
+    result = rebase(proj.project, str(target))
+
+    assert [o.outcome for o in result.outcomes] == [OUTCOME_CLEAN] * 3
+    pin = load_pin(proj.project.pin_file)
+    # the project's pin becomes the given one, tag and date included
+    assert pin == load_pin(target)
+    assert proj.wgit("rev-parse", "upstream") == new
+    assert apply(proj.project).noop
+
+
+def test_rebase_onto_a_pin_file_with_a_wrong_tree_is_refused(proj: Proj, tmp_path) -> None:
+    apply(proj.project)
+    pin_bytes = proj.project.pin_file.read_bytes()
+    new = proj.upstream.advance({"README": "moved\n"}, "upstream moves on\n")
+    target = tmp_path / "bad.toml"
+    target.write_text(
+        f'name = "llama.cpp"\nrepository = "x"\ncommit = "{new}"\ntree = "{"0" * 40}"\n\n'
+        f'[[source]]\nkind = "git"\nurl = "{proj.upstream.url}"\n')
+    with pytest.raises(SourceError, match="tree"):
+        rebase(proj.project, str(target))
+    assert proj.project.pin_file.read_bytes() == pin_bytes
+    assert proj.wgit("rev-parse", "upstream") == proj.upstream.commit

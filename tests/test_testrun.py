@@ -132,10 +132,13 @@ def test_plan_and_default_ops() -> None:
                 ("test-backend-ops", ("test", "-o", "SET,CPY")), ("test-metal-buffer-lookup", ())]
     assert series_ops(declared) == ["ACC", "SET", "CPY"]
     invs = plan("CPU", "cpu", "grad", ["ACC", "SET"], [("test-metal-buffer-lookup", ())])
-    assert [(i.program, i.args) for i in invs] == [
-        ("test-opt", ()), ("test-backend-ops", ("grad", "-o", "ACC,SET", "-b", "CPU")),
-        ("test-metal-buffer-lookup", ()),
+    assert [(i.program, i.args, i.sql) for i in invs] == [
+        ("test-opt", (), False), ("test-backend-ops", ("grad", "-o", "ACC,SET", "-b", "CPU"), False),
+        ("test-metal-buffer-lookup", (), False),
     ]
+    # test mode reads SQL rows (grad mode prints none)
+    cuda = plan("CUDA0", "cuda", "test", ["ACC"], [])
+    assert cuda[1].args == ("test", "-o", "ACC", "-b", "CUDA0", "--output", "sql") and cuda[1].sql
 
 
 # captured on an NVIDIA H200 (CUDA 13.0) from a `patchset slice` of the series, built with plain cmake
@@ -196,3 +199,31 @@ def test_a_crashing_program_keeps_its_last_lines(tmp_path: Path) -> None:
     assert r.verdict == CRASHED
     assert [(c.name, c.status) for c in r.cases] == [("case_a", PASS), ("case_b", "crash")]
     assert "about to crash" in (tmp_path / "crasher.log").read_text()
+
+
+SQL_PRINTER = r"""
+#include <stdio.h>
+int main(void) {
+    printf("CREATE TABLE IF NOT EXISTS test_backend_ops (\n  op_name TEXT\n);\n\n");
+    printf("INSERT INTO test_backend_ops (backend_name, op_name, op_params, supported, passed, error_message) "
+           "VALUES ('CUDA0', 'ACC', 'ne=[4096,2,1,1]', '1', '1', '');\n");
+    printf("[SET] ERR = 0.5 > 0.0000001 INSERT INTO test_backend_ops (backend_name, op_name, op_params, supported, "
+           "passed, error_message) VALUES ('CUDA0', 'SET', 'ne=[2048,2,1,1]', '1', '0', 'test failed');\n");
+    return 1;
+}
+"""
+
+
+def test_sql_invocation_reads_rows(tmp_path: Path) -> None:
+    src = tmp_path / "sql.c"
+    src.write_text(SQL_PRINTER)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    subprocess.run(["cc", "-o", str(bin_dir / "sqlprinter"), str(src)], check=True)
+    r = run_program(bin_dir, Invocation("sqlprinter", (), sql=True), tmp_path / "sql.log")
+    assert [(c.name, c.status) for c in r.cases] == [("ACC", PASS), ("SET", FAIL)]
+    assert r.cases[1].error == pytest.approx(0.5)
+    assert r.verdict == FAILED
+    # a program that prints no rows falls back to its console lines
+    empty = run_program(bin_dir, Invocation("sqlprinter", (), sql=False), tmp_path / "console.log")
+    assert empty.cases == ()

@@ -84,11 +84,10 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
 def _finish(work: WorkRepo, fetched: Fetched, fp: str, outcomes: list[PatchOutcome],
             backups: list[str] | tuple[str, ...] = ()) -> ApplyResult:
     state = work.load_state()
-    names = (state.op.extra.get("names", []) if state.op else [])
-    named = [PatchOutcome(names[i] if i < len(names) else o.name, o.outcome, o.commit) for i, o in enumerate(outcomes)]
+    named = state.op.named(outcomes) if state.op else tuple(outcomes)
     head = work.head() or ""
     work.finish({"fingerprint": fp, "applied_head": head, "upstream": fetched.commit})
-    return ApplyResult(False, head, fetched.commit, tuple(named), tuple(backups), fetched)
+    return ApplyResult(False, head, fetched.commit, named, tuple(backups), fetched)
 
 
 def continue_apply(project: Project) -> ApplyResult:

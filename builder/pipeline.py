@@ -13,7 +13,6 @@ from builder import build as buildmod
 from builder import testrun
 from builder.apply import ApplyResult, apply
 from builder.errors import InputError, TestRunError
-from builder.gitrepo import GitRepo
 from builder.pin import load_pin
 from builder.progress import ProgressSink
 from builder.project import Project
@@ -112,7 +111,7 @@ def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) ->
     """A tarball of the tree's ggml/ and test sources with our minimal CMake project on top,
     to build on another machine (a CUDA host, a Mac) with plain cmake."""
     work, _ = ensure_patched(project)
-    git = GitRepo(work.path)
+    git = work.git
     commit = git.out("rev-parse", ref)
     series = load_series(project.patches_dir)
     progs = programs_for(work.path, series)

@@ -92,10 +92,7 @@ def _pin_dict(pin: Pin) -> dict:
 
 def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcomes: list[PatchOutcome]) -> RebaseResult:
     state = work.load_state()
-    names = state.op.extra.get("names", []) if state.op else []
-    named = tuple(
-        PatchOutcome(names[i] if i < len(names) else o.name, o.outcome, o.commit) for i, o in enumerate(outcomes)
-    )
+    named = state.op.named(outcomes) if state.op else tuple(outcomes)
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)

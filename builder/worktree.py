@@ -53,6 +53,12 @@ class Operation:
     detect_upstream: bool = False
     extra: dict = field(default_factory=dict)
 
+    def named(self, outcomes: list[PatchOutcome]) -> tuple[PatchOutcome, ...]:
+        """The outcomes under the series' file names (`extra['names']`), not the queue's 0001.patch."""
+        names = self.extra.get("names", [])
+        return tuple(PatchOutcome(names[i] if i < len(names) else o.name, o.outcome, o.commit)
+                     for i, o in enumerate(outcomes))
+
 
 @dataclass
 class State:

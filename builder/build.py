@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
@@ -303,16 +303,3 @@ def metal_compile_check(source: Path, log: Path, compiler: str = "c++",
         "", "", None, first_error=None if ok else first_error(log.read_text(errors="replace")),
         kind="compile-check", notes=notes,
     )
-
-
-def build_record(build_dir: Path) -> dict | None:
-    f = _record_path(build_dir)
-    return json.loads(f.read_text()) if f.exists() else None
-
-
-def as_dict(result: BuildResult) -> dict:
-    d = asdict(result)
-    d["build_dir"] = str(result.build_dir)
-    d["bin_dir"] = str(result.bin_dir)
-    d["log"] = str(result.log)
-    return d

@@ -98,9 +98,6 @@ class GitRepo:
     def update_ref(self, ref: str, target: str, message: str = "patchset") -> None:
         self.run("update-ref", "-m", message, ref, target)
 
-    def delete_ref(self, ref: str) -> None:
-        self.run("update-ref", "-d", ref, check=False)
-
     def is_dirty(self) -> list[str]:
         """Uncommitted changes, untracked files included (they are someone's work too)."""
         text = self.run("status", "--porcelain=v1", "--untracked-files=normal").stdout

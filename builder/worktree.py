@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from builder.errors import ConflictError, ProcessError, WorkTreeError
+from builder.errors import ConflictError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
 from builder.pin import Pin
@@ -351,10 +351,3 @@ def ensure_no_op(work: WorkRepo) -> None:
             f"a {state.op.kind} is stopped at a conflict in {work.path}: "
             f"`patchset {state.op.kind} --continue` or `patchset {state.op.kind} --abort` first"
         )
-
-
-def check_out(work: WorkRepo, branch: str) -> None:
-    try:
-        work.git.run("checkout", "--quiet", branch)
-    except ProcessError as e:
-        raise WorkTreeError(f"{work.path}: cannot check out '{branch}': {e.stderr.strip()}") from e

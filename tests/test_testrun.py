@@ -187,13 +187,19 @@ int main(void) {
 """
 
 
+def compile_c(tmp_path: Path, name: str, source: str) -> Path:
+    """Build a one-file C program into tmp_path/bin; returns that folder."""
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    subprocess.run(["cc", "-o", str(bin_dir / name), str(src)], check=True)
+    return bin_dir
+
+
 def test_a_crashing_program_keeps_its_last_lines(tmp_path: Path) -> None:
     # into a pipe printf is block-buffered: without stdbuf the crash loses everything it printed
-    src = tmp_path / "crasher.c"
-    src.write_text(CRASHER)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    subprocess.run(["cc", "-o", str(bin_dir / "crasher"), str(src)], check=True)
+    bin_dir = compile_c(tmp_path, "crasher", CRASHER)
     r = run_program(bin_dir, Invocation("crasher", ()), tmp_path / "crasher.log")
     assert r.signal_name == "SIGABRT"
     assert r.verdict == CRASHED
@@ -215,11 +221,7 @@ int main(void) {
 
 
 def test_sql_invocation_reads_rows(tmp_path: Path) -> None:
-    src = tmp_path / "sql.c"
-    src.write_text(SQL_PRINTER)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    subprocess.run(["cc", "-o", str(bin_dir / "sqlprinter"), str(src)], check=True)
+    bin_dir = compile_c(tmp_path, "sqlprinter", SQL_PRINTER)
     r = run_program(bin_dir, Invocation("sqlprinter", (), sql=True), tmp_path / "sql.log")
     assert [(c.name, c.status) for c in r.cases] == [("ACC", PASS), ("SET", FAIL)]
     assert r.cases[1].error == pytest.approx(0.5)

@@ -18,9 +18,9 @@ from _common import ROOT, row, scratch_project, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder.apply import apply
-from builder.build import DEFAULT_PROGRAMS, BuildSpec, build
+from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
+from builder.series.apply import apply
 
 
 def main() -> None:

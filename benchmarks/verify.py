@@ -22,11 +22,11 @@ from _common import ROOT, row, scratch_project, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder import testrun
-from builder.build import DEFAULT_PROGRAMS, BuildSpec, build
+from builder.build import testrun
+from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
-from builder.series import load_series
-from builder.verify import _invocation, available_backends, verify
+from builder.prove.verify import _invocation, available_backends, verify
+from builder.series.model import load_series
 
 
 def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: bool) -> None:

@@ -9,15 +9,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import build as buildmod
-from builder import testrun
-from builder.apply import ApplyResult, apply
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
 from builder.errors import InputError, TestRunError
-from builder.pin import load_pin
 from builder.progress import ProgressSink
 from builder.project import Project
-from builder.series import Series, load_series
-from builder.worktree import PATCHED, WorkRepo, fingerprint
+from builder.series.apply import ApplyResult, apply
+from builder.series.model import Series, load_series
+from builder.series.workrepo import PATCHED, WorkRepo, fingerprint
+from builder.upstream.pin import load_pin
 
 
 def build_dir(project: Project, backend: str, targets: str) -> Path:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import Proj, Upstream, make_project, make_upstream
 
-from builder import upstream
-from builder.pin import load_pin
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # read before any fixture moves HOME: this is the home the suite must never write into

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
-from builder.refresh import format_mails, write_series
+from builder.series.refresh import format_mails, write_series
 
 # -- the tiny C project that stands in for llama.cpp ---------------------------------------------
 A_C = """\

@@ -16,11 +16,11 @@ from helpers import (
     git,
 )
 
-from builder.apply import abort_apply, apply, continue_apply
 from builder.cli import main
 from builder.errors import ConflictError, WorkTreeError
-from builder.status import status
-from builder.worktree import OUTCOME_CLEAN, OUTCOME_RESOLVED, WorkRepo
+from builder.series.apply import abort_apply, apply, continue_apply
+from builder.series.status import status
+from builder.series.workrepo import OUTCOME_CLEAN, OUTCOME_RESOLVED, WorkRepo
 
 
 def _conflicting_series(proj: Proj) -> list[str]:

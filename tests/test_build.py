@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import BuildSpec, build, first_error, metal_compile_check
+from builder.build.cmakebuild import BuildSpec, build, first_error, metal_compile_check
 
 GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
 CALC_H = '#pragma once\n#ifdef __cplusplus\nextern "C" {\n#endif\nint calc(int);\n#ifdef __cplusplus\n}\n#endif\n'

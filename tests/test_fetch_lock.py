@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import UPSTREAM_FILES, Upstream, git, make_sdist, pin_toml, sdist_pin_sources
 
-from builder import upstream
 from builder.errors import SourceError
-from builder.pin import load_pin
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 
 def test_git_fetch_verifies_commit_and_tree(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:

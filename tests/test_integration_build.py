@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.pipeline import run_build, run_tests
 from builder.project import Project, load_project
-from builder.series import load_series
-from builder.testrun import FAILED, PASSED, series_ops
-from builder.verify import PROVEN, verify
+from builder.prove.verify import PROVEN, verify
+from builder.series.model import load_series
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from helpers import git
 
-from builder import upstream
-from builder.apply import apply
-from builder.pin import load_pin
 from builder.project import load_project
-from builder.series import load_series
+from builder.series.apply import apply
+from builder.series.model import load_series
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration
 

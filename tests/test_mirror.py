@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import UPSTREAM_FILES, Upstream, evil_member, git, make_project, make_sdist, pin_toml, sdist_pin_sources
 
-from builder import mirror, upstream
-from builder.apply import apply
 from builder.errors import SourceError
-from builder.pin import Pin, load_pin
+from builder.series.apply import apply
+from builder.upstream import fetch as upstream
+from builder.upstream import mirror
+from builder.upstream.pin import Pin, load_pin
 
 
 def _pin(tmp_path: Path, up: Upstream, archive: Path, **kw: object) -> Pin:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from helpers import A_C, B_C, PATCH1_A_C, PATCH2_B_C, STANDARD_NAMES, Proj
 
-from builder.apply import apply
 from builder.errors import ConflictError, SourceError, WorkTreeError
-from builder.pin import load_pin
-from builder.rebase import abort_rebase, continue_rebase, rebase
-from builder.series import load_series
-from builder.worktree import OUTCOME_3WAY, OUTCOME_CLEAN, OUTCOME_RESOLVED, OUTCOME_UPSTREAM, WorkRepo
+from builder.series.apply import apply
+from builder.series.model import load_series
+from builder.series.rebase import abort_rebase, continue_rebase, rebase
+from builder.series.workrepo import OUTCOME_3WAY, OUTCOME_CLEAN, OUTCOME_RESOLVED, OUTCOME_UPSTREAM, WorkRepo
+from builder.upstream.pin import load_pin
 
 # upstream's own NULL check, where patch 2 puts its own: a conflict
 UPSTREAM_B_C = B_C.replace("int b_len(const char *s) {\n", "int b_len(const char *s) {\n    if (!s) return -1;\n")

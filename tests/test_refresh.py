@@ -6,9 +6,9 @@ from pathlib import Path
 
 from helpers import PATCH2_B_C, STANDARD_NAMES, Proj
 
-from builder.apply import apply
-from builder.refresh import refresh
-from builder.series import load_series
+from builder.series.apply import apply
+from builder.series.model import load_series
+from builder.series.refresh import refresh
 
 
 def _no_temp_files(patches: Path) -> None:

@@ -9,7 +9,7 @@ from helpers import STANDARD_NAMES, Proj
 
 from builder.cli import main
 from builder.errors import SeriesError
-from builder.series import Finding, lint, load_series
+from builder.series.model import Finding, lint, load_series
 
 
 def _line(path: Path, needle: str) -> int:

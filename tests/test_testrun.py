@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.reports import junit_xml, report_dict
-from builder.testrun import (
+from builder.build.reports import junit_xml, report_dict
+from builder.build.testrun import (
     CRASHED,
     FAIL,
     FAILED,

@@ -11,8 +11,8 @@ import pytest
 
 from builder.gitrepo import GitRepo
 from builder.project import load_project
-from builder.refresh import format_mails, write_series
-from builder.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
+from builder.prove.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
+from builder.series.refresh import format_mails, write_series
 
 CALC_C = """\
 #include "calc.h"

@@ -3,7 +3,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.build import PROFILES
+from builder.build.cmakebuild import PROFILES
+from builder.build.reports import write_json, write_junit
 from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import print_report
 from builder.commands.verify_cmd import print_verdicts
@@ -11,8 +12,7 @@ from builder.console import CliProgress, console
 from builder.errors import EXIT_FAILED, EXIT_NOT_PROVEN
 from builder.pipeline import run_build, run_tests
 from builder.project import Project
-from builder.reports import write_json, write_junit
-from builder.verify import verify
+from builder.prove.verify import verify
 
 NAME = "all"
 HELP = "the main job: fetch, apply, build, test and verify on the pin (default backend: cpu)"

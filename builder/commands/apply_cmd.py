@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import argparse
 
-from builder.apply import abort_apply, apply, continue_apply
 from builder.console import CliProgress, console
 from builder.project import Project
-from builder.worktree import PatchOutcome
+from builder.series.apply import abort_apply, apply, continue_apply
+from builder.series.workrepo import PatchOutcome
 
 NAME = "apply"
 HELP = "fetch if needed, then build branch 'patched' = pinned upstream + the series in the work repository"

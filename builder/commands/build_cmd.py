@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from builder.build import PROFILES, TARGET_SETS, BuildResult
+from builder.build.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.console import CliProgress, console
 from builder.errors import EXIT_FAILED
 from builder.pipeline import run_build

@@ -5,7 +5,7 @@ import argparse
 from builder.console import console
 from builder.errors import EXIT_FAILED
 from builder.project import Project
-from builder.series import lint
+from builder.series.model import lint
 
 NAME = "check"
 HELP = "lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers"

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder.apply import fetch
 from builder.console import CliProgress, console
 from builder.project import Project
+from builder.series.apply import fetch
 
 NAME = "fetch"
 HELP = "fetch the pinned upstream into the cache from the first source that works, and verify it"

@@ -6,7 +6,7 @@ from builder.commands.apply_cmd import print_outcomes
 from builder.console import console
 from builder.errors import InputError
 from builder.project import Project
-from builder.rebase import abort_rebase, continue_rebase, rebase
+from builder.series.rebase import abort_rebase, continue_rebase, rebase
 
 NAME = "rebase"
 HELP = "move the series onto another upstream commit (or pin file), reporting every patch"

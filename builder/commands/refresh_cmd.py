@@ -4,7 +4,7 @@ import argparse
 
 from builder.console import console
 from builder.project import Project
-from builder.refresh import refresh
+from builder.series.refresh import refresh
 
 NAME = "refresh"
 HELP = "write patches/ back from the 'patched' branch (byte-stable)"

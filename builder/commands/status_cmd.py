@@ -8,7 +8,7 @@ from rich.table import Table
 
 from builder.console import console
 from builder.project import Project
-from builder.status import status
+from builder.series.status import status
 
 NAME = "status"
 HELP = "show the pin, whether its source is verified, and each patch's state"

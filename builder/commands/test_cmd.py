@@ -5,13 +5,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from builder.build import PROFILES, TARGET_SETS
+from builder.build.cmakebuild import PROFILES, TARGET_SETS
+from builder.build.reports import write_json, write_junit
+from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
 from builder.console import console
 from builder.errors import EXIT_FAILED
 from builder.pipeline import run_tests
 from builder.project import Project
-from builder.reports import write_json, write_junit
-from builder.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
 
 NAME = "test"
 HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"

@@ -4,11 +4,11 @@ import argparse
 
 from rich.table import Table
 
-from builder.build import PROFILES
+from builder.build.cmakebuild import PROFILES
 from builder.console import CliProgress, console
 from builder.errors import EXIT_FAILED, EXIT_NOT_PROVEN
 from builder.project import Project
-from builder.verify import PROVEN, VerifyReport, report_table, verify
+from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"

@@ -7,14 +7,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import upstream
 from builder.errors import InputError, WorkTreeError
 from builder.locking import project_lock
-from builder.pin import GitSource, Pin, dump_pin, load_pin, write_pin
 from builder.project import Project
-from builder.refresh import FileChange, format_mails, write_series
-from builder.series import load_series
-from builder.worktree import (
+from builder.series.model import load_series
+from builder.series.refresh import FileChange, format_mails, write_series
+from builder.series.workrepo import (
     OUTCOME_UPSTREAM,
     PATCHED,
     UPSTREAM,
@@ -24,6 +22,8 @@ from builder.worktree import (
     ensure_no_op,
     fingerprint,
 )
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import GitSource, Pin, dump_pin, load_pin, write_pin
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder import upstream
-from builder.pin import Pin, load_pin
 from builder.project import Project
-from builder.refresh import mail_for_commit
-from builder.series import lint
-from builder.worktree import PATCHED, UPSTREAM, WorkRepo
+from builder.series.model import lint
+from builder.series.refresh import mail_for_commit
+from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import Pin, load_pin
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builder import build as buildmod
-from builder import evidence as ev
-from builder import testrun
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
-from builder.pin import Pin, load_pin
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.series import Patch, Series, TestSpec, load_series
-from builder.upstream import Fetched, fetch
-from builder.worktree import WorkRepo
+from builder.prove import evidence as ev
+from builder.series.model import Patch, Series, TestSpec, load_series
+from builder.series.workrepo import WorkRepo
+from builder.upstream.fetch import Fetched, fetch
+from builder.upstream.pin import Pin, load_pin
 
 PROVEN = "proven"
 NOT_PROVEN = "not proven"

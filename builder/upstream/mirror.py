@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 
 from builder import proc
 from builder.errors import ProcessError, SourceError
-from builder.pin import SdistSource
 from builder.progress import NullProgress, ProgressSink
+from builder.upstream.pin import SdistSource
 
 
 def sha256_file(path: Path) -> str:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from builder import upstream
 from builder.errors import WorkTreeError
 from builder.locking import project_lock
-from builder.pin import Pin, load_pin
 from builder.progress import ProgressSink
 from builder.project import Project
-from builder.series import Series, load_series
-from builder.upstream import Fetched
-from builder.worktree import (
+from builder.series.model import Series, load_series
+from builder.series.workrepo import (
     PATCHED,
     UPSTREAM,
     Operation,
@@ -21,6 +18,9 @@ from builder.worktree import (
     ensure_no_op,
     fingerprint,
 )
+from builder.upstream import fetch as upstream
+from builder.upstream.fetch import Fetched
+from builder.upstream.pin import Pin, load_pin
 
 
 @dataclass(frozen=True)

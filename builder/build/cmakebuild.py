@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
+from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import BuildError, InputError
 from builder.progress import NullProgress, ProgressSink
-from builder.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 
-MINIMAL_CMAKE_DIR = Path(__file__).parent / "cmake"
+MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
 TARGET_SETS = ("minimal", "full")
 

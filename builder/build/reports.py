@@ -6,8 +6,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from builder.build.testrun import CRASH, FAIL, SKIP, ProgramResult, TestReport
 from builder.fsutil import atomic_write, atomic_write_text
-from builder.testrun import CRASH, FAIL, SKIP, ProgramResult, TestReport
 
 
 def program_dict(p: ProgramResult) -> dict:

@@ -7,15 +7,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import upstream
 from builder.errors import WorkTreeError
 from builder.fsutil import atomic_write, atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
-from builder.pin import load_pin
 from builder.project import Project
-from builder.series import load_series, read_series_file
-from builder.worktree import PATCHED, UPSTREAM, WorkRepo, ensure_no_op, fingerprint
+from builder.series.model import load_series, read_series_file
+from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, ensure_no_op, fingerprint
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 # Each flag makes the file depend only on the commit, never on when, where or by which git it
 # was written (Electron's patch exporter does the same):

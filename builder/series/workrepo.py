@@ -19,9 +19,9 @@ from pathlib import Path
 from builder.errors import ConflictError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
-from builder.pin import Pin
-from builder.series import Series
-from builder.upstream import Fetched
+from builder.series.model import Series
+from builder.upstream.fetch import Fetched
+from builder.upstream.pin import Pin
 
 UPSTREAM = "upstream"
 PATCHED = "patched"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from builder import mirror
 from builder.errors import ProcessError, SourceError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
-from builder.pin import GitSource, Pin, SdistSource, Source
 from builder.progress import NullProgress, ProgressSink
+from builder.upstream import mirror
+from builder.upstream.pin import GitSource, Pin, SdistSource, Source
 
 log = logging.getLogger("patchset")
 

@@ -1,0 +1,1 @@
+"""Building the tree and running its test programs: CMake profiles, toolchain, parsed results."""

@@ -1,0 +1,1 @@
+"""Known-positive proofs: verify and its evidence files."""

@@ -1,0 +1,1 @@
+"""The patch series: its files, the work repository, apply, refresh, rebase and status."""

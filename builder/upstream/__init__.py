@@ -1,0 +1,1 @@
+"""The pinned upstream: the pin file, verified fetch, and the sdist mirror."""

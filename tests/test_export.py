@@ -373,3 +373,26 @@ def test_diffparse_takes_a_hunk_line_that_looks_like_a_header_as_a_body_line() -
     assert (f.old_path, f.new_path) == ("f", "f")
     assert [ln.text for ln in f.removed()] == ["-- a/g"]
     assert [(ln.number, ln.text) for ln in f.added()] == [(1, "++ b/g")]
+
+
+def test_an_ack_trailer_is_linted_and_a_rule_error_fails_check(tmp_path: Path, cache_dir: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
+    series = [({"README": "tiny upstream, documented\n"},
+               "docs : readme\n\nPatchset-Status: pending\nPatchset-Ack: new-test-file\n")]
+    p = make_project(tmp_path, up, cache_dir, patches=series)
+    assert main(["--project", str(p.root), "check"]) == 1
+    assert "Patchset-Ack: expected '<rule> <reason>'" in capsys.readouterr().out
+
+    (p.patches / p.series()[0]).write_text((p.patches / p.series()[0]).read_text()
+                                           .replace("Subject: docs : readme", "Subject: update the readme"))
+    assert main(["--project", str(p.root), "check"]) == 1  # the ack is still malformed
+    text = (p.patches / p.series()[0]).read_text().replace("Patchset-Ack: new-test-file\n",
+                                                         "Patchset-Ack: new-test-file asked for in #1\n")
+    (p.patches / p.series()[0]).write_text(text)
+    assert main(["--project", str(p.root), "check"]) == 0
+    capsys.readouterr()
+    assert main(["--project", str(p.root), "export", "--author", AUTHOR]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^0001-\S+: patches/0001-\S+\.patch:4: error subject: subject 'update the readme'", out, re.M)
+    assert "1 error(s)" in out

@@ -406,7 +406,8 @@ def check_patch(patch: str, mail_file: str, series_mail: Mail, mail: Mail, messa
         if found.severity == WARNING and found.rule in acks:
             found = dataclasses.replace(found, acknowledged=acks[found.rule])  # noqa: PLW2901
         result.append(found)
-    return result
+    # the message first (it is read first), then by file and line
+    return sorted(result, key=lambda f: (f.file != mail_file, f.file, f.line, f.rule))
 
 
 def fingerprint() -> str:

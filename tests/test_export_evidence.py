@@ -81,6 +81,36 @@ def test_a_hunks_table_is_shown_when_the_evidence_has_one(verified: object) -> N
     assert "| hunk | reverted |" in pr and "| ggml/src/calc.c:2 | test fails |" in pr
 
 
+def test_a_re_export_brings_facts_up_to_date_but_keeps_hand_edits(verified: object) -> None:
+    project = verified
+    evidence = project.evidence_dir  # type: ignore[attr-defined]
+    hidden = evidence.with_name("evidence-hidden")
+    out = project.state_dir / "refresh-out"  # type: ignore[attr-defined]
+    evidence.rename(hidden)
+    try:
+        first = export(project, ExportOptions(author=AUTHOR, out=out)).packages[0]  # type: ignore[arg-type]
+    finally:
+        hidden.rename(evidence)
+    pr = first.directory / "PR.md"
+    assert "not run on CPU" in pr.read_text()
+    # verify's evidence is there now: the untouched PR.md gets the facts, in the same version
+    again = export(project, ExportOptions(author=AUTHOR, out=out)).packages[0]  # type: ignore[arg-type]
+    assert again.state == "unchanged" and again.directory == first.directory
+    assert "PR.md: facts updated" in again.notes
+    assert "add(want=5): FAIL" in pr.read_text()
+    # the submitter wrote in it; the facts change again: their PR.md stays, the new facts go beside it
+    edited = pr.read_text().replace("[FILL IN: Overview", "My own words. [FILL IN: Overview")
+    pr.write_text(edited)
+    evidence.rename(hidden)
+    try:
+        third = export(project, ExportOptions(author=AUTHOR, out=out)).packages[0]  # type: ignore[arg-type]
+    finally:
+        hidden.rename(evidence)
+    assert pr.read_text() == edited
+    assert any("PR.md.new" in n for n in third.notes)
+    assert "not run on CPU" in (first.directory / "PR.md.new").read_text()
+
+
 def test_evidence_of_another_version_is_not_used(verified: object) -> None:
     project = verified
     mail = project.patches_dir / "0001-calc-add-adds.patch"  # type: ignore[attr-defined]

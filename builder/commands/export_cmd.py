@@ -35,6 +35,8 @@ def print_result(result: ExportResult) -> None:
                       markup=False, highlight=False, emoji=False)
         if pkg.dropped:
             console.print(f"  dropped for ggml: {', '.join(pkg.dropped)}", markup=False, emoji=False)
+        for note in pkg.notes:
+            console.print(f"  {note}", markup=False, emoji=False)
         if pkg.range_diff:
             console.print(f"  range-diff: {pkg.range_diff}", markup=False, emoji=False)
     findings = [f for p in result.packages for f in p.findings]

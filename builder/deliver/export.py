@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import re
 import shlex
 import shutil
@@ -37,6 +38,7 @@ from builder.upstream.pin import Pin, load_pin
 ACK_TRAILER = "Patchset-Ack"
 MAIL_FILES = ("PR.md", "ISSUE.md", "submit.txt")
 """The files of a package that may hold placeholders."""
+GENERATED = ".generated.json"
 # identities patchset itself writes with; an upstream mail must never carry one
 _OWN_EMAILS = {"patchset@invalid", "patchset@localhost", "verify@patchset.invalid"}
 _IDENT = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>")
@@ -82,6 +84,8 @@ class PackageResult:
     dropped: tuple[str, ...] = ()
     range_diff: Path | None = None
     placeholders: tuple[Placeholder, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What a re-export of an unchanged patch did to its files (facts brought up to date)."""
 
 
 @dataclass(frozen=True)
@@ -434,8 +438,9 @@ def _write_version(pkg: Path, version: int, files: dict[str, str]) -> Path:
     return final
 
 
-def _range_diff(ctx: _Ctx, slug: str, old_version: int, new_head: str, old_mail: str, new_mail: str) -> str:
-    old_ref = ctx.git.rev(f"refs/patchset/export/{slug}/v{old_version}")
+def _range_diff(ctx: _Ctx, slug: str, old_version: int, new_head: str, old_mail: str, new_mail: str,
+                use_refs: bool) -> str:
+    old_ref = ctx.git.rev(f"refs/patchset/export/{slug}/v{old_version}") if use_refs else None
     if old_ref:
         r = ctx.git.run("range-diff", "--no-color", f"{ctx.base}..{old_ref}", f"{ctx.base}..{new_head}",
                         env=ISOLATED, check=False)
@@ -478,6 +483,8 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
         res = layout.to_ggml(mail, patch.name, opts.drop_non_ggml)
         mail, dropped = res.mail, res.dropped
         files[mail_name] = mail
+        for rel, text in dep_mails.items():
+            files[rel] = layout.to_ggml(text, Path(rel).name, opts.drop_non_ggml).mail
         if dropped:
             files["dropped.txt"] = "Left out for ggml (llama.cpp files):\n" + "".join(f"{d}\n" for d in dropped)
     else:
@@ -493,29 +500,70 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
     versions = _versions(pkg)
     latest = versions[-1] if versions else 0
     branch = f"pr/{slug}" if opts.layout == "llama.cpp" else None
+    dep_names = tuple(d.name for d in deps)
+    old_mail = ""
     if latest:
         ldir = pkg / f"v{latest}"
         old_mail_path = next(iter(sorted(ldir.glob("[0-9][0-9][0-9][0-9]-*.patch"))), None)
         old_mail = old_mail_path.read_text(encoding="utf-8", errors="replace") if old_mail_path else ""
-        if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in dep_mails):
+        if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
             if branch:
                 _set_branch(ctx, slug, branch, head, latest)
-            return PackageResult(patch.name, slug, ldir, latest, "unchanged", tuple(d.name for d in deps), branch,
-                                 tuple(findings), dropped, None, _placeholders_if(opts, ldir))
+                files["submit.txt"] = _submit(ctx, patch, ldir, "ISSUE.md" in files, issue_title)
+            notes = _refresh_generated(ldir, files)
+            return PackageResult(patch.name, slug, ldir, latest, "unchanged", dep_names, branch, tuple(findings),
+                                 dropped, None, _placeholders_if(opts, ldir), notes)
     version = latest + 1
     vdir = pkg / f"v{version}"
-    if opts.layout == "llama.cpp":
+    if branch:
         files["submit.txt"] = _submit(ctx, patch, vdir, "ISSUE.md" in files, issue_title)
     range_diff = None
     if latest:
-        files[f"range-diff-v{latest}-v{version}.txt"] = _range_diff(ctx, slug, latest, head, old_mail, mail)
+        files[f"range-diff-v{latest}-v{version}.txt"] = _range_diff(ctx, slug, latest, head, old_mail, mail,
+                                                                    use_refs=branch is not None)
+    files[GENERATED] = _generated_record(files)
     if branch:
         _set_branch(ctx, slug, branch, head, version)
     final = _write_version(pkg, version, files)
     if latest:
         range_diff = final / f"range-diff-v{latest}-v{version}.txt"
-    return PackageResult(patch.name, slug, final, version, "new", tuple(d.name for d in deps), branch,
-                         tuple(findings), dropped, range_diff, _placeholders_if(opts, final))
+    return PackageResult(patch.name, slug, final, version, "new", dep_names, branch, tuple(findings), dropped,
+                         range_diff, _placeholders_if(opts, final))
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _generated_record(files: dict[str, str]) -> str:
+    """What export wrote into the files a person edits, to tell their edits from ours later."""
+    return json.dumps({name: _sha(files[name]) for name in MAIL_FILES if name in files}, indent=1) + "\n"
+
+
+def _refresh_generated(vdir: Path, files: dict[str, str]) -> tuple[str, ...]:
+    """An unchanged patch whose facts changed (verify ran since, say): a file nobody edited is
+    brought up to date; a file with the submitter's edits is left alone and the new one written
+    beside it as NAME.new."""
+    record_path = vdir / GENERATED
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    notes: list[str] = []
+    for name in MAIL_FILES:
+        path = vdir / name
+        if name not in files or not path.exists() or _sha(files[name]) == record.get(name):
+            continue
+        if _sha(path.read_text(encoding="utf-8", errors="replace")) == record.get(name):
+            atomic_write_text(path, files[name])
+            record[name] = _sha(files[name])
+            notes.append(f"{name}: facts updated")
+        else:
+            atomic_write_text(vdir / f"{name}.new", files[name])
+            notes.append(f"{name} has your edits and its facts changed: the new facts are in {name}.new")
+    if notes:
+        atomic_write_text(record_path, json.dumps(record, indent=1) + "\n")
+    return tuple(notes)
 
 
 def _findings(ctx: _Ctx, patch: Patch, original: str, mail: str, parent: str, head: str) -> list[RuleFinding]:

@@ -267,6 +267,7 @@ def test_pr_and_issue_follow_the_tree_templates(tproj: Proj, tmp_path: Path, cac
     submit = (result.packages[0].directory / "submit.txt").read_text()
     assert "gh issue create" in submit and "--title 'Misc. bug: [FILL IN" in submit
     assert "gh pr create --draft" in submit and "--title 'a : widen the sum'" in submit
+    assert f"push \"$FORK\" pr/{result.packages[0].slug}" in submit and "--body-file PR.md" in submit
 
     # another tree, other templates: another layout
     other = tmp_path / "other"

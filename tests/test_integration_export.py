@@ -51,6 +51,10 @@ def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: P
         assert r.returncode == 0, f"{pkg.patch}: {r.stderr}"
         assert git(clean, "rev-parse", "HEAD^{tree}") == git(project.work_repo, "rev-parse",
                                                               f"refs/heads/pr/{pkg.slug}^{{tree}}")
+        submit = (pkg.directory / "submit.txt").read_text()
+        if pin.commit != load_pin(project.pin_file).commit:  # the sdist's stand-in: no push of the branch
+            assert f"git checkout -b pr/{pkg.slug} {load_pin(project.pin_file).commit}" in submit
+            assert "git -C" not in submit
     with capsys.disabled():
         print(f"\nexport of {len(result.packages)} patch(es) on the real pin: {took:.1f}s")
         for pkg in result.packages:

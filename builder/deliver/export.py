@@ -394,7 +394,8 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
     return body, form.title
 
 
-def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: str) -> str:
+def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: str, mail_name: str,
+            dep_mails: list[str]) -> str:
     subject = strip_trailers(patch.message).splitlines()[0]
     base_branch = templates.package_conf()["pr"]["base_branch"]
     lines = [
@@ -406,8 +407,20 @@ def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: s
     if has_issue:
         lines.append(f"gh issue create --repo {ctx.repo_slug} --title {shlex.quote(issue_title)} "
                      "--body-file ISSUE.md")
+    if ctx.base == ctx.pin.commit:
+        lines.append(f"git -C {shlex.quote(str(ctx.project.work_repo))} push \"$FORK\" pr/{slug_of(patch)}")
+    else:
+        # the pin came from a source archive: the work repository's base is a stand-in commit with
+        # no history, and pushing pr/<slug> would push the whole tree as an unrelated root
+        mails = " ".join(shlex.quote(str(vdir / m)) for m in [*dep_mails, mail_name])
+        lines += [
+            "# The pin came from a source archive here (a stand-in commit, not upstream's own), so the",
+            f"# branch pr/{slug_of(patch)} of the work repository cannot be pushed: in your clone of upstream run",
+            f"git checkout -b pr/{slug_of(patch)} {ctx.pin.commit}",
+            f"git am {mails}",
+            f"git push \"$FORK\" pr/{slug_of(patch)}",
+        ]
     lines += [
-        f"git -C {shlex.quote(str(ctx.project.work_repo))} push \"$FORK\" pr/{slug_of(patch)}",
         f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug_of(patch)}\" "
         f"--title {shlex.quote(subject)} --body-file PR.md",
     ]
@@ -509,14 +522,16 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
         if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
             if branch:
                 _set_branch(ctx, slug, branch, head, latest)
-                files["submit.txt"] = _submit(ctx, patch, ldir, "ISSUE.md" in files, issue_title)
+                files["submit.txt"] = _submit(ctx, patch, ldir, "ISSUE.md" in files, issue_title, mail_name,
+                                              sorted(dep_mails))
             notes = _refresh_generated(ldir, files)
             return PackageResult(patch.name, slug, ldir, latest, "unchanged", dep_names, branch, tuple(findings),
                                  dropped, None, _placeholders_if(opts, ldir), notes)
     version = latest + 1
     vdir = pkg / f"v{version}"
     if branch:
-        files["submit.txt"] = _submit(ctx, patch, vdir, "ISSUE.md" in files, issue_title)
+        files["submit.txt"] = _submit(ctx, patch, vdir, "ISSUE.md" in files, issue_title, mail_name,
+                                      sorted(dep_mails))
     range_diff = None
     if latest:
         files[f"range-diff-v{latest}-v{version}.txt"] = _range_diff(ctx, slug, latest, head, old_mail, mail,

@@ -397,3 +397,11 @@ def test_an_ack_trailer_is_linted_and_a_rule_error_fails_check(tmp_path: Path, c
     out = capsys.readouterr().out
     assert re.search(r"^0001-\S+: patches/0001-\S+\.patch:4: error subject: subject 'update the readme'", out, re.M)
     assert "1 error(s)" in out
+    # an acknowledgement of a rule that does not exist is an error; so is our trailer name in the body
+    (p.patches / p.series()[0]).write_text(text.replace("new-test-file asked", "no-such-rule asked"))
+    assert main(["--project", str(p.root), "export", "--author", AUTHOR]) == 1
+    assert "acknowledges an unknown rule 'no-such-rule'" in capsys.readouterr().out
+    leaky = text.replace("\n\nPatchset-Status", "\n\nSee Patchset-Test.\n\nPatchset-Status")
+    (p.patches / p.series()[0]).write_text(leaky)
+    assert main(["--project", str(p.root), "export", "--author", AUTHOR]) == 2
+    assert "mentions 'Patchset-' outside the trailer block" in capsys.readouterr().err

@@ -487,6 +487,11 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
     original = patch.path.read_text(encoding="utf-8", errors="replace")
     if _patch_id(mail) != _patch_id(original):
         raise PatchsetError(f"{patch.name}: the exported diff differs from the patch's (patch-id); not exported")
+    message_part = mail[: mail.find("\ndiff --git ") + 1]
+    leak = next((n for n, ln in enumerate(message_part.splitlines(), 1) if TRAILER_PREFIX in ln), 0)
+    if leak:
+        raise InputError(f"{patch.name}: its message mentions '{TRAILER_PREFIX}' outside the trailer block "
+                         f"(line {leak} of the exported mail); reword it: nothing of ours may go upstream")
     findings = _findings(ctx, patch, original, mail, parent_of_head, head)
     mail_name = f"{patch.index:04d}-{slug}.patch"
     dropped: tuple[str, ...] = ()

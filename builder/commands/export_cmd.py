@@ -23,11 +23,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="fail while a placeholder is unfilled or a rule reports an error")
     p.add_argument("--cover", action="store_true", help="also write COVER.md for the series")
+    p.add_argument("--full", action="store_true",
+                   help=f"print whole clang-format diffs (default: {DETAIL_LINES} lines each)")
     p.add_argument("--drop-non-ggml", action="store_true",
                    help="with --layout ggml: leave out llama.cpp-only files instead of refusing")
 
 
-def print_result(result: ExportResult) -> None:
+DETAIL_LINES = 24
+
+
+def print_result(result: ExportResult, full: bool = False) -> None:
     for pkg in result.packages:
         deps = f", with {', '.join(pkg.deps)}" if pkg.deps else ""
         branch = f", branch {pkg.branch}" if pkg.branch else ""
@@ -43,8 +48,11 @@ def print_result(result: ExportResult) -> None:
     for f in findings:
         console.print(str(f), markup=False, highlight=False, emoji=False)
         if f.detail:
-            console.print("\n".join(f"    {x}" for x in f.detail.splitlines()), markup=False, highlight=False,
-                          emoji=False)
+            lines = f.detail.splitlines()
+            shown = lines if full else lines[:DETAIL_LINES]
+            if len(shown) < len(lines):
+                shown.append(f"... {len(lines) - len(shown)} more line(s); --full prints them")
+            console.print("\n".join(f"    {x}" for x in shown), markup=False, highlight=False, emoji=False)
     for ph in result.placeholders:
         console.print(str(ph), markup=False, highlight=False, emoji=False)
     errors = len(result.errors)
@@ -64,5 +72,5 @@ def run(args: argparse.Namespace, project: Project) -> int:
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)
     result = export(project, opts)
-    print_result(result)
+    print_result(result, args.full)
     return 0 if result.ok else EXIT_FAILED

@@ -24,7 +24,7 @@ from builder.deliver import diffparse, layout, templates
 from builder.deliver import evidence_facts as facts
 from builder.deliver.rules import RuleFinding, TreeRules, check_patch, load_findings, save_findings
 from builder.deliver.rules import fingerprint as rules_fingerprint
-from builder.errors import InputError, PatchsetError, ProcessError
+from builder.errors import InputError, PatchsetError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
@@ -610,7 +610,7 @@ def _set_branch(ctx: _Ctx, slug: str, branch: str, head: str, version: int) -> N
     current = ctx.git.rev(f"refs/heads/{branch}")
     last = ctx.git.rev(f"refs/patchset/export/{slug}/head")
     if current and current not in (head, last):
-        raise PatchsetError(f"branch '{branch}' in {ctx.project.work_repo} holds commits export did not make; "
+        raise WorkTreeError(f"branch '{branch}' in {ctx.project.work_repo} holds commits export did not make; "
                             f"rename or delete it first (export never moves a branch with someone's work on it)")
     ctx.git.update_ref(f"refs/heads/{branch}", head, f"patchset export v{version}")
     ctx.git.update_ref(f"refs/patchset/export/{slug}/head", head, f"patchset export v{version}")
@@ -668,9 +668,6 @@ def export(project: Project, opts: ExportOptions) -> ExportResult:
                     raise InputError(f"{p.name}: does not apply on the pin after the patches before it; "
                                      "run `patchset apply` to see the conflict")
                 ctx.after_trees[p.index] = tree
-            try:
-                results = [_export_one(ctx, p) for p in chosen]
-            except ProcessError as e:
-                raise PatchsetError(f"export failed: {e}") from e
+            results = [_export_one(ctx, p) for p in chosen]
             cover = _cover(ctx, results) if opts.cover else None
     return ExportResult(tuple(results), out, cover, opts.check)

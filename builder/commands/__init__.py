@@ -5,6 +5,7 @@ from builder.commands import (
     apply_cmd,
     build_cmd,
     check_cmd,
+    export_cmd,
     fetch_cmd,
     rebase_cmd,
     refresh_cmd,
@@ -16,5 +17,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd,
+    all_cmd, export_cmd,
 ]

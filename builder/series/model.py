@@ -21,7 +21,7 @@ BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
-    "Patchset-Before", "Patchset-Mutation",
+    "Patchset-Before", "Patchset-Mutation", "Patchset-Ack",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation"}
 
@@ -293,6 +293,11 @@ def meta_from_trailers(
                 bad(key, value, f"'{value}' is not one of {', '.join(BEFORE_KINDS)}")
             else:
                 kw["before"] = value
+        elif canon == "Patchset-Ack":
+            # `<rule> <reason>`: export checks the rule name against its rule table
+            rule, _, reason = value.partition(" ")
+            if not re.fullmatch(r"[a-z0-9-]+", rule) or not reason.strip():
+                bad(key, value, "expected '<rule> <reason>' (a rule name of `patchset export`, then why)")
         elif canon == "Patchset-Mutation":
             mp = PurePosixPath(value)
             if mp.is_absolute() or ".." in mp.parts or not value:

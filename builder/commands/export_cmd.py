@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.console import console
+from builder.deliver.export import ExportOptions, ExportResult, export
+from builder.deliver.layout import LAYOUTS
+from builder.errors import EXIT_FAILED
+from builder.project import Project
+
+NAME = "export"
+HELP = ("write each patch as a pull-request package for upstream (mail, PR.md, ISSUE.md, gh commands) "
+        "and check it against upstream's rules; never pushes, never runs gh")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("patches", nargs="*", help="patch names or numbers (default: all)")
+    p.add_argument("--layout", choices=list(LAYOUTS), default="llama.cpp",
+                   help="paths for llama.cpp (default) or for the standalone ggml repository")
+    p.add_argument("--out", type=Path, help="folder of the packages (default: .patchset/export)")
+    p.add_argument("--author", help="'Name <mail>' for the mails (default: your git identity)")
+    p.add_argument("--check", action="store_true",
+                   help="fail while a placeholder is unfilled or a rule reports an error")
+    p.add_argument("--cover", action="store_true", help="also write COVER.md for the series")
+    p.add_argument("--full", action="store_true",
+                   help=f"print whole clang-format diffs (default: {DETAIL_LINES} lines each)")
+    p.add_argument("--drop-non-ggml", action="store_true",
+                   help="with --layout ggml: leave out llama.cpp-only files instead of refusing")
+
+
+DETAIL_LINES = 24
+
+
+def print_result(result: ExportResult, full: bool = False) -> None:
+    for pkg in result.packages:
+        deps = f", with {', '.join(pkg.deps)}" if pkg.deps else ""
+        branch = f", branch {pkg.branch}" if pkg.branch else ""
+        console.print(f"{pkg.patch}: v{pkg.version} {pkg.state}{deps}{branch}: {pkg.directory}",
+                      markup=False, highlight=False, emoji=False)
+        if pkg.dropped:
+            console.print(f"  dropped for ggml: {', '.join(pkg.dropped)}", markup=False, emoji=False)
+        for note in pkg.notes:
+            console.print(f"  {note}", markup=False, emoji=False)
+        if pkg.range_diff:
+            console.print(f"  range-diff: {pkg.range_diff}", markup=False, emoji=False)
+    findings = [f for p in result.packages for f in p.findings]
+    for f in findings:
+        console.print(str(f), markup=False, highlight=False, emoji=False)
+        if f.detail:
+            lines = f.detail.splitlines()
+            shown = lines if full else lines[:DETAIL_LINES]
+            if len(shown) < len(lines):
+                shown.append(f"... {len(lines) - len(shown)} more line(s); --full prints them")
+            console.print("\n".join(f"    {x}" for x in shown), markup=False, highlight=False, emoji=False)
+    for ph in result.placeholders:
+        console.print(str(ph), markup=False, highlight=False, emoji=False)
+    errors = len(result.errors)
+    warnings = sum(1 for f in findings if not f.blocking and not f.acknowledged)
+    acked = sum(1 for f in findings if f.acknowledged)
+    summary = f"{len(result.packages)} package(s) in {result.out}: {errors} error(s), {warnings} warning(s)"
+    if acked:
+        summary += f", {acked} acknowledged"
+    if result.checked:
+        summary += f", {len(result.placeholders)} placeholder(s) to fill"
+    console.print(summary, markup=False, highlight=False, emoji=False)
+    if result.cover:
+        console.print(f"cover: {result.cover}", markup=False, emoji=False)
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
+                         args.drop_non_ggml)
+    result = export(project, opts)
+    print_result(result, args.full)
+    return 0 if result.ok else EXIT_FAILED

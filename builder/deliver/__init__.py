@@ -1,0 +1,1 @@
+"""Delivering the series: export to upstream."""

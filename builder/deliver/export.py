@@ -1,0 +1,673 @@
+"""`patchset export`: each patch as a pull request upstream would accept, checked against its rules.
+
+Per patch, `OUT/<NNNN-slug>/v<N>/` holds the mail (our `Patchset-*` trailers removed, the
+submitter as author), PR.md and ISSUE.md on the pinned tree's own templates, and submit.txt with
+the `gh` commands for the human to run. Branch `pr/<slug>` of the work repository is the pin plus
+the patch, plus the earlier patches it does not apply without. Nothing is pushed, `gh` is never
+run. A changed patch gets a new version beside the old one, with `git range-diff` between them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from builder import proc
+from builder.deliver import diffparse, layout, templates
+from builder.deliver import evidence_facts as facts
+from builder.deliver.rules import RuleFinding, TreeRules, check_patch, load_findings, save_findings
+from builder.deliver.rules import fingerprint as rules_fingerprint
+from builder.errors import InputError, PatchsetError, WorkTreeError
+from builder.fsutil import atomic_write_text
+from builder.gitrepo import ISOLATED, GitRepo
+from builder.locking import project_lock
+from builder.project import Project
+from builder.series.model import TRAILER_PREFIX, Patch, Series, load_series, parse_trailers
+from builder.series.refresh import format_mails
+from builder.series.workrepo import WorkRepo
+from builder.upstream.fetch import fetch
+from builder.upstream.pin import Pin, load_pin
+
+ACK_TRAILER = "Patchset-Ack"
+MAIL_FILES = ("PR.md", "ISSUE.md", "submit.txt")
+"""The files of a package that may hold placeholders."""
+GENERATED = ".generated.json"
+# identities patchset itself writes with; an upstream mail must never carry one
+_OWN_EMAILS = {"patchset@invalid", "patchset@localhost", "verify@patchset.invalid"}
+_IDENT = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    patches: tuple[str, ...] = ()
+    """Names or numbers; empty: the whole series."""
+    layout: str = "llama.cpp"
+    out: Path | None = None
+    """Default `<state dir>/export`."""
+    author: str | None = None
+    """`Name <mail>`; default: the user's git identity."""
+    check: bool = False
+    """Also fail on placeholders left unfilled in the packages."""
+    cover: bool = False
+    drop_non_ggml: bool = False
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    file: Path
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: unfilled {self.text}"
+
+
+@dataclass(frozen=True)
+class PackageResult:
+    patch: str
+    slug: str
+    directory: Path
+    """The version folder written (or found unchanged)."""
+    version: int
+    state: str
+    """new | unchanged"""
+    deps: tuple[str, ...]
+    branch: str | None
+    findings: tuple[RuleFinding, ...]
+    dropped: tuple[str, ...] = ()
+    range_diff: Path | None = None
+    placeholders: tuple[Placeholder, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What a re-export of an unchanged patch did to its files (facts brought up to date)."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    packages: tuple[PackageResult, ...]
+    out: Path
+    cover: Path | None
+    checked: bool
+
+    @property
+    def errors(self) -> list[RuleFinding]:
+        return [f for p in self.packages for f in p.findings if f.blocking]
+
+    @property
+    def placeholders(self) -> list[Placeholder]:
+        return [ph for p in self.packages for ph in p.placeholders]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not (self.checked and self.placeholders)
+
+
+# -- identity and message ------------------------------------------------------------------------
+def resolve_author(given: str | None, cwd: Path) -> tuple[str, str]:
+    """(name, email) from `--author`, else from git's user identity; never a made-up address."""
+    if given is not None:
+        m = _IDENT.match(given)
+        if not m or not m.group(1) or given[m.end():].strip():
+            raise InputError(f"--author '{given}': expected 'Name <mail@host>'")
+        name, email = m.group(1), m.group(2)
+    else:
+        # useConfigOnly: git must not guess user@hostname when nothing is configured
+        r = proc.run(["git", "-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT"], cwd=cwd, check=False)
+        m = _IDENT.match(r.stdout) if r.returncode == 0 else None
+        if not m or not m.group(1):
+            raise InputError("no author for the exported mails: pass --author 'Name <mail>' or set git's "
+                             "user.name and user.email (export never makes an address up)")
+        name, email = m.group(1), m.group(2)
+    if email.lower() in _OWN_EMAILS:
+        raise InputError(f"author <{email}> is patchset's own placeholder identity, not a person: pass "
+                         "--author 'Name <mail>' or set git's user.name and user.email")
+    return name, email
+
+
+def strip_trailers(message: str) -> str:
+    """The commit message without our `Patchset-*` trailers (continuation lines included)."""
+    lines = message.rstrip("\n").split("\n")
+    # the trailer block is the last paragraph
+    start = len(lines)
+    while start > 0 and lines[start - 1].strip():
+        start -= 1
+    block = lines[start:]
+    kept: list[str] = []
+    dropping = False
+    for ln in block:
+        if ln[:1] in (" ", "\t") and dropping:
+            continue
+        dropping = ln.lower().startswith(TRAILER_PREFIX.lower())
+        if not dropping:
+            kept.append(ln)
+    head = lines[:start]
+    if kept:
+        out = head + kept
+    else:
+        out = head
+        while out and not out[-1].strip():
+            out.pop()
+    return "\n".join(out) + "\n"
+
+
+def acknowledgements(patch: Patch) -> dict[str, str]:
+    """rule -> reason, from the patch's `Patchset-Ack: <rule> <reason>` trailers."""
+    acks: dict[str, str] = {}
+    for key, value in parse_trailers(patch.message):
+        if key.lower() == ACK_TRAILER.lower():
+            rule, _, reason = value.partition(" ")
+            acks[rule] = reason.strip()
+    return acks
+
+
+def slug_of(patch: Patch) -> str:
+    return re.sub(r"^\d{4}-", "", patch.name.removesuffix(".patch"))
+
+
+# -- trees and commits ---------------------------------------------------------------------------
+class Chain:
+    """Patches applied one after another on the pin with plumbing in a temporary index (the work
+    tree is never touched); results are memoized by the sequence of mails."""
+
+    def __init__(self, git: GitRepo, base: str, tmp: Path) -> None:
+        self.git = git
+        self.base = base
+        self.index = tmp / "index"
+        self._memo: dict[tuple[str, ...], str | None] = {(): git.tree_of(base)}
+
+    def tree(self, mails: tuple[Path, ...]) -> str | None:
+        """The tree after applying `mails` in order on the pin; None when one does not apply."""
+        key = tuple(str(m) for m in mails)
+        if key in self._memo:
+            return self._memo[key]
+        parent = self.tree(mails[:-1])
+        result = None
+        if parent is not None:
+            env = {**ISOLATED, "GIT_INDEX_FILE": str(self.index)}
+            self.git.run("read-tree", parent, env=env)
+            r = self.git.run("apply", "--cached", "--whitespace=nowarn", str(mails[-1]), env=env, check=False)
+            if r.returncode == 0:
+                result = self.git.out("write-tree", env=env)
+        self._memo[key] = result
+        return result
+
+
+def find_deps(chain: Chain, patch: Patch, earlier: list[Patch]) -> list[Patch]:
+    """The earlier patches `patch` needs to apply on the pin: add them (the nearest that touches a
+    file in play first) until it applies, then leave out any it does not need after all."""
+    def applies(deps: list[Patch]) -> bool:
+        order = sorted(deps, key=lambda p: p.index)
+        return chain.tree(tuple(p.path for p in [*order, patch])) is not None
+
+    if applies([]):
+        return []
+    chosen: list[Patch] = []
+    files = set(patch.files)
+    pool = list(reversed(earlier))
+    while pool:
+        cand = next((p for p in pool if files & set(p.files)), pool[0])
+        pool.remove(cand)
+        chosen.append(cand)
+        files |= set(cand.files)
+        if applies(chosen):
+            break
+    else:
+        raise InputError(f"{patch.name}: does not apply on the pin even with every earlier patch; "
+                         "run `patchset apply` and `patchset refresh` first")
+    for p in sorted(chosen, key=lambda p: p.index):
+        trial = [q for q in chosen if q is not p]
+        if applies(trial):
+            chosen = trial
+    return sorted(chosen, key=lambda p: p.index)
+
+
+def _commit(git: GitRepo, tree: str, parent: str, message: str, author: tuple[str, str], date: str) -> str:
+    # committer = author, at the author date: re-exporting the same patch gives the same commit
+    env = {**ISOLATED, "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": date,
+           "GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1], "GIT_COMMITTER_DATE": date}
+    return git.run("commit-tree", tree, "-p", parent, "-F", "-", env=env, input_text=message).stdout.strip()
+
+
+def _patch_id(text: str) -> str:
+    r = proc.run(["git", "patch-id", "--stable"], input_text=text, env=ISOLATED)
+    return r.stdout.split(" ", 1)[0]
+
+
+# -- the package ---------------------------------------------------------------------------------
+@dataclass
+class _Ctx:
+    project: Project
+    pin: Pin
+    series: Series
+    git: GitRepo
+    base: str
+    chain: Chain
+    rules: TreeRules
+    author: tuple[str, str]
+    opts: ExportOptions
+    out: Path
+    repo_slug: str
+    rules_fingerprint: str
+    forms: list[templates.IssueForm] | None = None
+    after_trees: dict[int, str] = field(default_factory=dict)
+
+
+def _repo_slug(pin: Pin) -> str:
+    m = re.search(r"github\.com[/:]([^/]+/[^/]+?)(?:\.git)?/?$", pin.repository)
+    return m.group(1) if m else pin.repository
+
+
+def _find_package_dir(out: Path, number: int, slug: str) -> Path:
+    """The patch's folder: an existing one for the same slug (its number may have moved), else new."""
+    if out.is_dir():
+        for d in sorted(out.iterdir()):
+            if d.is_dir() and re.fullmatch(rf"\d{{4}}-{re.escape(slug)}", d.name):
+                return d
+    return out / f"{number:04d}-{slug}"
+
+
+def _versions(pkg: Path) -> list[int]:
+    if not pkg.is_dir():
+        return []
+    return sorted(int(d.name[1:]) for d in pkg.iterdir() if d.is_dir() and re.fullmatch(r"v\d+", d.name))
+
+
+def _read_deps(vdir: Path) -> list[str]:
+    d = vdir / "deps"
+    return sorted(p.name for p in d.glob("*.patch")) if d.is_dir() else []
+
+
+def find_placeholders(vdir: Path) -> list[Placeholder]:
+    pat = templates.placeholder_pattern()
+    found: list[Placeholder] = []
+    for name in MAIL_FILES:
+        f = vdir / name
+        if not f.exists():
+            continue
+        for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            found += [Placeholder(f, n, m.group(0)) for m in pat.finditer(line)]
+    return found
+
+
+def _numstat(git: GitRepo, parent: str, head: str) -> list[tuple[str, str, str]]:
+    text = git.out("diff", "--numstat", "--no-renames", parent, head, env=ISOLATED)
+    return [tuple(line.split("\t", 2)) for line in text.splitlines() if line]  # type: ignore[misc]
+
+
+def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent: str, head: str,
+              findings: list[RuleFinding]) -> str:
+    out = ["<!-- facts below: filled in by the export tool from the patch and its test runs; "
+           "check them -->", "",
+           f"- Issue: #{templates.placeholder('the number of the issue opened from ISSUE.md')}",
+           f"- Base: {ctx.pin.name} {ctx.pin.tag} (`{ctx.pin.commit}`)"]
+    if deps:
+        out.append("- Depends on: this branch also carries the earlier commit(s) it does not apply without:")
+        for d in deps:
+            out.append(f"  - `{strip_trailers(d.message).splitlines()[0]}` "
+                       f"(#{templates.placeholder('the PR number of ' + slug_of(d))})")
+    else:
+        out.append("- Depends on: nothing; applies alone on the base")
+    out += ["", "Files touched:", ""]
+    for added, removed, path in _numstat(ctx.git, parent, head):
+        out.append(f"- `{path}` (+{added} -{removed})")
+    api = [f for f in findings if f.rule == "public-api"]
+    out += ["", "Public API changes:", ""]
+    out += [f"- `{f.file}`: {f.message.removeprefix('public header changed: ')}" for f in api] or ["- none"]
+    out += ["", "Tests (before = the base with only the test part of this patch: "
+            f"`git apply {_includes(patch)} {mail_name}`):", ""]
+    for backend in facts.backends_of(patch):
+        tests = facts.tests_on(patch, backend)
+        evb = facts.load(ctx.project.evidence_dir, patch, backend, ctx.after_trees[patch.index])
+        out.append(f"- {facts.display(backend)}:")
+        out += ["", "  ```sh", *[f"  {c}" for c in facts.commands(tests, backend)], "  ```", ""]
+        if evb.data is None:
+            out += [f"  {evb.why_none}", ""]
+            continue
+        host = evb.data.get("host", {})
+        out.append(f"  Run {evb.data.get('created', '')} on {host.get('platform', '?')} "
+                   f"({host.get('compiler', '?')}): {evb.data.get('outcome', '')}.")
+        before = evb.step("before")
+        out.append(f"  - before (without the fix): {facts.step_summary(before)}")
+        failing = facts.failing_output(before)
+        if failing:
+            out += ["", "    ```", *[f"    {x}" for x in failing.splitlines()], "    ```", ""]
+        out.append(f"  - after (with the fix): {facts.step_summary(evb.step('after'))}")
+        mutation = evb.step("mutation")
+        if mutation:
+            caught = "caught, the test fails" if mutation.get("verdict") == "fails" else "NOT caught"
+            out.append(f"  - mutation (a known-bad variant of the fix): {caught} "
+                       f"({facts.step_summary(mutation)})")
+        out += facts.hunks_table(evb.data)
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _includes(patch: Patch) -> str:
+    """`git apply` options that take only the patch's test paths (its before tree, as verify makes it)."""
+    out = []
+    for p in patch.meta.test_paths or ("tests/",):
+        out.append(f"--include={shlex.quote(p)}" + (f" --include={shlex.quote(p + '*')}" if p.endswith("/") else ""))
+    return " ".join(out)
+
+
+def _forms(ctx: _Ctx) -> list[templates.IssueForm]:
+    """The tree's issue forms, read once per export."""
+    if ctx.forms is None:
+        forms_dir = templates.package_conf()["issue"]["forms"]
+        listing = ctx.git.run("ls-tree", "--name-only", ctx.base, f"{forms_dir}/", check=False).stdout.split()
+        ctx.forms = []
+        for path in listing:
+            if path.endswith((".yml", ".yaml")) and PurePosixPath(path).stem != "config":
+                ctx.forms.append(templates.load_form(path, ctx.git.run("show", f"{ctx.base}:{path}").stdout))
+    return ctx.forms
+
+
+def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
+    """ISSUE.md on the tree's generic bug form, and the form's title prefix."""
+    form = templates.pick_bug_form(_forms(ctx))
+    if form is None:
+        return None
+    # the reproducer: the patch's test on the before tree (base + only the test paths)
+    backend = next((b for b in facts.backends_of(patch)
+                    if facts.load(ctx.project.evidence_dir, patch, b, ctx.after_trees[patch.index]).data), None)
+    backend = backend or (facts.backends_of(patch) or ("cpu",))[0]
+    tests = facts.tests_on(patch, backend)
+    includes = _includes(patch)
+    repro = [f"git checkout {ctx.pin.commit}  # {ctx.pin.name} {ctx.pin.tag}",
+             f"git apply {includes} {mail_name}  # the regression test alone, without the fix",
+             *facts.commands(tests, backend)]
+    evb = facts.load(ctx.project.evidence_dir, patch, backend, ctx.after_trees[patch.index])
+    output = facts.failing_output(evb.step("before")) if evb.data else ""
+    missing = (evb.why_none or "the evidence holds no failing output") + \
+        "; run the commands above there and paste the failing output"
+    version = f"{ctx.pin.name} {ctx.pin.tag} (commit {ctx.pin.commit})"
+    if evb.data and evb.data.get("host", {}).get("compiler"):
+        version += f"\nbuilt with {evb.data['host']['compiler']} on {evb.data['host'].get('platform', '?')}"
+    body = templates.render_issue(form, templates.IssueFacts(
+        version, "\n".join(repro), output, missing, (facts.display(backend),)))
+    return body, form.title
+
+
+def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: str, mail_name: str,
+            dep_mails: list[str]) -> str:
+    subject = strip_trailers(patch.message).splitlines()[0]
+    base_branch = templates.package_conf()["pr"]["base_branch"]
+    lines = [
+        "# Run these yourself, after you have filled in every placeholder of ISSUE.md and PR.md",
+        "# (`patchset export --check` lists what is left). Export never pushes and never runs gh.",
+        "# GH_USER: your GitHub user; FORK: the git remote of your fork.",
+        f"cd {shlex.quote(str(vdir))}",
+    ]
+    if has_issue:
+        lines.append(f"gh issue create --repo {ctx.repo_slug} --title {shlex.quote(issue_title)} "
+                     "--body-file ISSUE.md")
+    if ctx.base == ctx.pin.commit:
+        lines.append(f"git -C {shlex.quote(str(ctx.project.work_repo))} push \"$FORK\" pr/{slug_of(patch)}")
+    else:
+        # the pin came from a source archive: the work repository's base is a stand-in commit with
+        # no history, and pushing pr/<slug> would push the whole tree as an unrelated root
+        mails = " ".join(shlex.quote(str(vdir / m)) for m in [*dep_mails, mail_name])
+        lines += [
+            "# The pin came from a source archive here (a stand-in commit, not upstream's own), so the",
+            f"# branch pr/{slug_of(patch)} of the work repository cannot be pushed: in your clone of upstream run",
+            f"git checkout -b pr/{slug_of(patch)} {ctx.pin.commit}",
+            f"git am {mails}",
+            f"git push \"$FORK\" pr/{slug_of(patch)}",
+        ]
+    lines += [
+        f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug_of(patch)}\" "
+        f"--title {shlex.quote(subject)} --body-file PR.md",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _issue_title(form_title: str) -> str:
+    """The form's own title prefix ("Misc. bug: "), then the submitter's words."""
+    return form_title + templates.placeholder("issue title in your own words")
+
+
+def _write_version(pkg: Path, version: int, files: dict[str, str]) -> Path:
+    """Write a whole version folder beside the others, all at once (temp folder + rename)."""
+    pkg.mkdir(parents=True, exist_ok=True)
+    final = pkg / f"v{version}"
+    if final.exists():
+        raise PatchsetError(f"{final} exists already; refusing to overwrite an exported version")
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=pkg))
+    try:
+        for rel, text in files.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _range_diff(ctx: _Ctx, slug: str, old_version: int, new_head: str, old_mail: str, new_mail: str,
+                use_refs: bool) -> str:
+    old_ref = ctx.git.rev(f"refs/patchset/export/{slug}/v{old_version}") if use_refs else None
+    if old_ref:
+        r = ctx.git.run("range-diff", "--no-color", f"{ctx.base}..{old_ref}", f"{ctx.base}..{new_head}",
+                        env=ISOLATED, check=False)
+        if r.returncode == 0:
+            return r.stdout
+    # the work repository was made anew since: the mails themselves are what is left to compare
+    diff = difflib.unified_diff(old_mail.splitlines(keepends=True), new_mail.splitlines(keepends=True),
+                                f"v{old_version}", "new")
+    return "".join(diff)
+
+
+def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
+    opts = ctx.opts
+    slug = slug_of(patch)
+    earlier = [p for p in ctx.series.patches if p.index < patch.index]
+    deps = find_deps(ctx.chain, patch, earlier)
+    parent = ctx.base
+    dep_mails: dict[str, str] = {}
+    applied: list[Patch] = []
+    for p in [*deps, patch]:
+        applied.append(p)
+        tree = ctx.chain.tree(tuple(q.path for q in applied))
+        if tree is None:  # find_deps has applied this very sequence
+            raise PatchsetError(f"{p.name}: no longer applies on the pin")
+        parent = _commit(ctx.git, tree, parent, strip_trailers(p.message), ctx.author, p.date)
+        if p is not patch:
+            dep_mails[f"deps/{p.index:04d}-{slug_of(p)}.patch"] = format_mails(ctx.git, "-1", parent)[0][1].decode()
+    head = parent
+    parent_of_head = ctx.git.out("rev-parse", f"{head}^")
+    mail = format_mails(ctx.git, "-1", head)[0][1].decode("utf-8", errors="replace")
+    original = patch.path.read_text(encoding="utf-8", errors="replace")
+    if _patch_id(mail) != _patch_id(original):
+        raise PatchsetError(f"{patch.name}: the exported diff differs from the patch's (patch-id); not exported")
+    message_part = mail[: mail.find("\ndiff --git ") + 1]
+    leak = next((n for n, ln in enumerate(message_part.splitlines(), 1) if TRAILER_PREFIX in ln), 0)
+    if leak:
+        raise InputError(f"{patch.name}: its message mentions '{TRAILER_PREFIX}' outside the trailer block "
+                         f"(line {leak} of the exported mail); reword it: nothing of ours may go upstream")
+    findings = _findings(ctx, patch, original, mail, parent_of_head, head)
+    mail_name = f"{patch.index:04d}-{slug}.patch"
+    dropped: tuple[str, ...] = ()
+    files: dict[str, str] = {}
+    issue_title = ""
+    if opts.layout == "ggml":
+        res = layout.to_ggml(mail, patch.name, opts.drop_non_ggml)
+        mail, dropped = res.mail, res.dropped
+        files[mail_name] = mail
+        for rel, text in dep_mails.items():
+            files[rel] = layout.to_ggml(text, Path(rel).name, opts.drop_non_ggml).mail
+        if dropped:
+            files["dropped.txt"] = "Left out for ggml (llama.cpp files):\n" + "".join(f"{d}\n" for d in dropped)
+    else:
+        files[mail_name] = mail
+        files.update(dep_mails)
+        pr_template = ctx.git.run("show", f"{ctx.base}:{templates.package_conf()['pr']['template']}", check=False)
+        pr_facts = _pr_facts(ctx, patch, deps, mail_name, parent_of_head, head, findings)
+        files["PR.md"] = templates.render_pr(pr_template.stdout if pr_template.returncode == 0 else "", pr_facts)
+        issue = _issue(ctx, patch, mail_name)
+        if issue is not None:
+            files["ISSUE.md"], issue_title = issue[0], _issue_title(issue[1])
+    pkg = _find_package_dir(ctx.out, patch.index, slug)
+    versions = _versions(pkg)
+    latest = versions[-1] if versions else 0
+    branch = f"pr/{slug}" if opts.layout == "llama.cpp" else None
+    dep_names = tuple(d.name for d in deps)
+    old_mail = ""
+    if latest:
+        ldir = pkg / f"v{latest}"
+        old_mail_path = next(iter(sorted(ldir.glob("[0-9][0-9][0-9][0-9]-*.patch"))), None)
+        old_mail = old_mail_path.read_text(encoding="utf-8", errors="replace") if old_mail_path else ""
+        if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
+            if branch:
+                _set_branch(ctx, slug, branch, head, latest)
+                files["submit.txt"] = _submit(ctx, patch, ldir, "ISSUE.md" in files, issue_title, mail_name,
+                                              sorted(dep_mails))
+            notes = _refresh_generated(ldir, files)
+            return PackageResult(patch.name, slug, ldir, latest, "unchanged", dep_names, branch, tuple(findings),
+                                 dropped, None, _placeholders_if(opts, ldir), notes)
+    version = latest + 1
+    vdir = pkg / f"v{version}"
+    if branch:
+        files["submit.txt"] = _submit(ctx, patch, vdir, "ISSUE.md" in files, issue_title, mail_name,
+                                      sorted(dep_mails))
+    range_diff = None
+    if latest:
+        files[f"range-diff-v{latest}-v{version}.txt"] = _range_diff(ctx, slug, latest, head, old_mail, mail,
+                                                                    use_refs=branch is not None)
+    files[GENERATED] = _generated_record(files)
+    if branch:
+        _set_branch(ctx, slug, branch, head, version)
+    final = _write_version(pkg, version, files)
+    if latest:
+        range_diff = final / f"range-diff-v{latest}-v{version}.txt"
+    return PackageResult(patch.name, slug, final, version, "new", dep_names, branch, tuple(findings), dropped,
+                         range_diff, _placeholders_if(opts, final))
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _generated_record(files: dict[str, str]) -> str:
+    """What export wrote into the files a person edits, to tell their edits from ours later."""
+    return json.dumps({name: _sha(files[name]) for name in MAIL_FILES if name in files}, indent=1) + "\n"
+
+
+def _refresh_generated(vdir: Path, files: dict[str, str]) -> tuple[str, ...]:
+    """An unchanged patch whose facts changed (verify ran since, say): a file nobody edited is
+    brought up to date; a file with the submitter's edits is left alone and the new one written
+    beside it as NAME.new."""
+    record_path = vdir / GENERATED
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    notes: list[str] = []
+    for name in MAIL_FILES:
+        path = vdir / name
+        if name not in files or not path.exists() or _sha(files[name]) == record.get(name):
+            continue
+        if _sha(path.read_text(encoding="utf-8", errors="replace")) == record.get(name):
+            atomic_write_text(path, files[name])
+            record[name] = _sha(files[name])
+            notes.append(f"{name}: facts updated")
+        else:
+            atomic_write_text(vdir / f"{name}.new", files[name])
+            notes.append(f"{name} has your edits and its facts changed: the new facts are in {name}.new")
+    if notes:
+        atomic_write_text(record_path, json.dumps(record, indent=1) + "\n")
+    return tuple(notes)
+
+
+def _findings(ctx: _Ctx, patch: Patch, original: str, mail: str, parent: str, head: str) -> list[RuleFinding]:
+    """The rule findings of one patch; kept in the state folder by everything they depend on (the
+    exported commit names the base, dependencies, diff and message), so a warm export does not run
+    clang-format again."""
+    key = hashlib.sha256("\0".join([head, original, ctx.rules_fingerprint]).encode()).hexdigest()
+    cached = ctx.project.state_dir / "export-cache" / f"{key}.json"
+    found = load_findings(cached)
+    if found is not None:
+        return found
+    findings = check_patch(patch.name, f"patches/{patch.name}", diffparse.parse(original), diffparse.parse(mail),
+                           strip_trailers(patch.message), ctx.rules, parent, head, acknowledgements(patch))
+    save_findings(cached, findings)
+    return findings
+
+
+def _placeholders_if(opts: ExportOptions, vdir: Path) -> tuple[Placeholder, ...]:
+    return tuple(find_placeholders(vdir)) if opts.check else ()
+
+
+def _set_branch(ctx: _Ctx, slug: str, branch: str, head: str, version: int) -> None:
+    """Point `pr/<slug>` at the new head, unless someone committed on it since the last export."""
+    current = ctx.git.rev(f"refs/heads/{branch}")
+    last = ctx.git.rev(f"refs/patchset/export/{slug}/head")
+    if current and current not in (head, last):
+        raise WorkTreeError(f"branch '{branch}' in {ctx.project.work_repo} holds commits export did not make; "
+                            f"rename or delete it first (export never moves a branch with someone's work on it)")
+    ctx.git.update_ref(f"refs/heads/{branch}", head, f"patchset export v{version}")
+    ctx.git.update_ref(f"refs/patchset/export/{slug}/head", head, f"patchset export v{version}")
+    ctx.git.update_ref(f"refs/patchset/export/{slug}/v{version}", head, f"patchset export v{version}")
+
+
+def _cover(ctx: _Ctx, results: list[PackageResult]) -> Path:
+    lines = [f"# {ctx.pin.name} {ctx.pin.tag}: {len(ctx.series.patches)} patch(es)", "",
+             f"Base: `{ctx.pin.commit}`", "",
+             "| # | patch | depends on | status | package | evidence |", "| --- | --- | --- | --- | --- | --- |"]
+    by_name = {r.patch: r for r in results}
+    for p in ctx.series.patches:
+        r = by_name.get(p.name)
+        ev_cells = []
+        for b in facts.backends_of(p):
+            e = facts.load(ctx.project.evidence_dir, p, b, ctx.after_trees[p.index])
+            ev_cells.append(f"{facts.display(b)}: {e.data.get('outcome') if e.data else 'not run'}")
+        status = f"{p.meta.status} {p.meta.status_ref}".strip()
+        deps = ", ".join(r.deps) if r and r.deps else "-"
+        pkg = f"{r.directory.relative_to(ctx.out)}" if r else "not exported"
+        subject = strip_trailers(p.message).splitlines()[0]
+        lines.append(f"| {p.index} | {subject} | {deps} | {status} | {pkg} | {'; '.join(ev_cells) or '-'} |")
+    path = ctx.out / "COVER.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def export(project: Project, opts: ExportOptions) -> ExportResult:
+    """Export the selected patches (default: all) and check them; see the module docstring."""
+    if opts.layout not in layout.LAYOUTS:
+        raise InputError(f"--layout {opts.layout}: expected one of {', '.join(layout.LAYOUTS)}")
+    if opts.drop_non_ggml and opts.layout != "ggml":
+        raise InputError("--drop-non-ggml needs --layout ggml")
+    author = resolve_author(opts.author, project.root)
+    series = load_series(project.patches_dir)
+    chosen = [series.by_name(n) for n in opts.patches] if opts.patches else list(series.patches)
+    pin = load_pin(project.pin_file)
+    out = (opts.out or project.state_dir / "export").resolve()
+    if opts.layout == "ggml":
+        out = out / "ggml"
+    with project_lock(project.lock_file):
+        fetched = fetch(project.cache_dir, pin)
+        work = WorkRepo(project.work_repo)
+        work.attach_upstream(fetched, pin)
+        with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
+            chain = Chain(work.git, fetched.commit, Path(tmp))
+            ctx = _Ctx(project, pin, series, work.git, fetched.commit, chain,
+                       TreeRules(work.git, fetched.commit, Path(tmp)), author, opts, out, _repo_slug(pin),
+                       rules_fingerprint())
+            mails: tuple[Path, ...] = ()
+            for p in series.patches:
+                mails += (p.path,)
+                tree = chain.tree(mails)
+                if tree is None:
+                    raise InputError(f"{p.name}: does not apply on the pin after the patches before it; "
+                                     "run `patchset apply` to see the conflict")
+                ctx.after_trees[p.index] = tree
+            results = [_export_one(ctx, p) for p in chosen]
+            cover = _cover(ctx, results) if opts.cover else None
+    return ExportResult(tuple(results), out, cover, opts.check)

@@ -1,0 +1,63 @@
+"""Export of the real series on the real pin: every mail applies with `git am` on a clean checkout of
+the pin, alone or after the dependencies its package names; the rule findings are printed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import git
+
+from builder.deliver.export import ExportOptions, export
+from builder.project import load_project
+from builder.series.model import load_series
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "proj"
+    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    project = load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml",
+                           state_dir=root / ".patchset", cache_dir=real_pin_cache)
+    series = load_series(project.patches_dir)
+    started = time.monotonic()
+
+    result = export(project, ExportOptions(author="Jane Doe <jane@example.org>"))
+
+    took = time.monotonic() - started
+    assert [p.patch for p in result.packages] == [p.name for p in series.patches]
+    pin = upstream.lookup(real_pin_cache, load_pin(project.pin_file))
+    assert pin is not None
+    clean = tmp_path / "clean"
+    git(project.work_repo, "worktree", "add", "--quiet", "--detach", str(clean), pin.commit)
+    for pkg in result.packages:
+        files = [f for f in pkg.directory.rglob("*") if f.is_file()]
+        assert all("Patchset-" not in f.read_text(errors="replace") for f in files), pkg.directory
+        deps = sorted((pkg.directory / "deps").glob("*.patch"))
+        assert [d.name[:4] for d in deps] == [d[:4] for d in pkg.deps]
+        git(clean, "checkout", "--quiet", "--force", "--detach", pin.commit)
+        r = subprocess.run(["git", "-C", str(clean), "am", "--quiet", *map(str, deps),
+                            str(pkg.directory / f"{pkg.patch}")], capture_output=True, text=True, check=False)
+        assert r.returncode == 0, f"{pkg.patch}: {r.stderr}"
+        assert git(clean, "rev-parse", "HEAD^{tree}") == git(project.work_repo, "rev-parse",
+                                                              f"refs/heads/pr/{pkg.slug}^{{tree}}")
+        submit = (pkg.directory / "submit.txt").read_text()
+        if pin.commit != load_pin(project.pin_file).commit:  # the sdist's stand-in: no push of the branch
+            assert f"git checkout -b pr/{pkg.slug} {load_pin(project.pin_file).commit}" in submit
+            assert "git -C" not in submit
+    with capsys.disabled():
+        print(f"\nexport of {len(result.packages)} patch(es) on the real pin: {took:.1f}s")
+        for pkg in result.packages:
+            print(f"{pkg.patch}: deps {', '.join(pkg.deps) or 'none'}")
+        for f in (f for pkg in result.packages for f in pkg.findings):
+            print(f)

@@ -143,3 +143,63 @@ def test_malformed_trailers(proj: Proj, patch: int, old: str, new: str, expect: 
     bad_line = new.splitlines()[-1]
     assert f.line == _line(path, bad_line)
     assert main(["--project", str(proj.root), "check"]) == 1
+
+
+def test_origin_and_effect_trailers_are_read(proj: Proj) -> None:
+    path = proj.patches / STANDARD_NAMES[0]
+    _edit(path, "Patchset-Status: pending\n", "Patchset-Status: pending\n"
+          "Patchset-Origin: https://github.com/example/llama.cpp/pull/44 (the fork's PR)\n"
+          "Patchset-Effect: test-x fails without the fix\nPatchset-Effect: 2 of 3 cases\n")
+    series, findings = lint(proj.patches, strict=False)
+    assert findings == []
+    meta = series.patches[0].meta
+    assert meta.origin == "https://github.com/example/llama.cpp/pull/44 (the fork's PR)"
+    assert meta.effects == ("test-x fails without the fix", "2 of 3 cases")
+
+
+def test_strict_requires_an_origin(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    assert lint(proj.patches)[1] == []
+    findings = lint(proj.patches, strict=True)[1]
+    assert [(f.file.name, "Patchset-Origin" in f.message) for f in findings] == [(n, True) for n in STANDARD_NAMES]
+    assert main(["--project", str(proj.root), "check", "--strict"]) == 1
+    assert "no Patchset-Origin trailer" in capsys.readouterr().out
+    for name in STANDARD_NAMES:
+        _edit(proj.patches / name, "Patchset-Status:", "Patchset-Origin: 0123abcd\nPatchset-Status:")
+    assert lint(proj.patches, strict=True)[1] == []
+
+
+def test_bad_origin_value(proj: Proj) -> None:
+    path = proj.patches / STANDARD_NAMES[0]
+    _edit(path, "Patchset-Status: pending\n", "Patchset-Status: pending\nPatchset-Origin: the fork\n")
+    f = _only(lint(proj.patches)[1])
+    assert (f.file, f.line) == (path, _line(path, "Patchset-Origin: the fork"))
+    assert "URL" in f.message
+
+
+def test_a_wrapped_trailer_value_breaks_the_block_and_is_reported(proj: Proj) -> None:
+    # git ends the trailer block at a line in column 0 that is not a trailer: every Patchset-*
+    # line of the block is then silently ignored (the test program below would never run)
+    path = proj.patches / STANDARD_NAMES[0]
+    _edit(path, "Patchset-Test: test-x\n", "Patchset-Test: test-x --with-a-long-value\nthat wrapped\n")
+    series, findings = lint(proj.patches)
+    assert series.patches[0].meta.tests == ()  # what git itself reads: nothing
+    assert {(f.file, f.line) for f in findings} == {
+        (path, _line(path, key)) for key in ("Patchset-Status:", "Patchset-Backends:", "Patchset-Test:",
+                                             "Patchset-Test-Paths:")}
+    assert all("not read as a trailer by git" in f.message for f in findings)
+
+
+def test_parse_cache_serves_the_same_answer_and_follows_edits(proj: Proj, cache_dir: Path) -> None:
+    first = lint(proj.patches)
+    assert list((cache_dir / "parsed").rglob("*.json")), "nothing was cached"
+    assert lint(proj.patches) == first
+    assert lint(proj.patches, cache=False) == first
+    # a changed file is a new key: the edit is seen, never an old answer
+    path = proj.patches / STANDARD_NAMES[2]
+    _edit(path, "Patchset-Status: fork-only", "Patchset-Status: bogus")
+    f = _only(lint(proj.patches)[1])
+    assert "'bogus' is not one of" in f.message
+    # a corrupt cache entry is recomputed, not trusted
+    for entry in (cache_dir / "parsed").rglob("*.json"):
+        entry.write_text("{not json")
+    assert _only(lint(proj.patches)[1]) == f

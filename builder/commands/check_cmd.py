@@ -12,11 +12,12 @@ HELP = "lint the series: missing, unlisted or duplicate patches, unparseable dif
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("--strict", action="store_true",
+                   help="also require a Patchset-Origin trailer on every patch, and a trailer block git reads whole")
 
 
 def run(args: argparse.Namespace, project: Project) -> int:
-    series, findings = lint(project.patches_dir)
+    series, findings = lint(project.patches_dir, strict=args.strict)
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     if findings:

@@ -6,14 +6,21 @@ with the commit through apply, refresh and rebase. `docs/series-format.md` docum
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from builder import proc
 from builder.errors import ProcessError, SeriesError
+from builder.fsutil import atomic_write_text
+from builder.project import default_cache_dir
 
 BACKENDS = ("cpu", "cuda", "metal")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
@@ -21,9 +28,10 @@ BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
-    "Patchset-Before", "Patchset-Mutation", "Patchset-Ack",
+    "Patchset-Before", "Patchset-Mutation", "Patchset-Ack", "Patchset-Origin", "Patchset-Effect",
 )
-_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation"}
+_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation",
+           "Patchset-Origin"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,10 @@ class PatchMeta:
     before: str = "test-fails"
     mutation: str = ""
     """Path of a known-bad variant of the fix, relative to `patches/`."""
+    origin: str = ""
+    """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
+    effects: tuple[str, ...] = ()
+    """The measured effect of the fix, or the test that shows it, one line each."""
 
     def backends_for_tests(self) -> tuple[str, ...]:
         """Every backend on which at least one declared test runs."""
@@ -250,6 +262,7 @@ def meta_from_trailers(
     def bad(key: str, value: str, why: str) -> None:
         findings.append(Finding(path, _line_of(text, f"{key}: {value}") or _line_of(text, key), f"{key}: {why}"))
 
+    effects: list[str] = []
     for key, value in trailers:
         if not key.lower().startswith(TRAILER_PREFIX.lower()):
             continue
@@ -306,44 +319,157 @@ def meta_from_trailers(
                 bad(key, value, f"mutation file {patches_dir / value} does not exist")
             else:
                 kw["mutation"] = value
-    return PatchMeta(tests=tuple(tests), **kw), findings
+        elif canon == "Patchset-Origin":
+            if not _ORIGIN.match(value):
+                bad(key, value, "must be a URL (http:// or https://) or a commit id, with an optional note after it")
+            else:
+                kw["origin"] = value
+        elif canon == "Patchset-Effect":
+            if not value:
+                bad(key, value, "is empty")
+            else:
+                effects.append(value)
+    return PatchMeta(tests=tuple(tests), effects=tuple(effects), **kw), findings
 
 
-def parse_patch(path: Path, index: int, patches_dir: Path) -> tuple[Patch | None, list[Finding]]:
-    """One patch file; None with findings when it cannot be used at all."""
-    if not path.is_file():
-        return None, [Finding(path, 0, "listed in the series but the file does not exist")]
-    text = path.read_text(encoding="utf-8", errors="replace")
+# a pull request or commit page, or a bare commit id (7 to 40 hex digits); a note may follow
+_ORIGIN = re.compile(r"^(https?://\S+|[0-9a-f]{7,40})(\s.*)?$")
+
+
+@dataclass(frozen=True)
+class MailFacts:
+    """What git's own parsers say about one mail's bytes: cached by content, so that the read-only
+    verbs of a 400-patch series do not start three git processes per patch every time."""
+
+    error: str = ""
+    """Why git cannot use the mail at all ('' when it can): not a mail, no diff, unparseable diff."""
+    error_stage: str = ""
+    """mailinfo | apply: which parser refused (path checks come between the two, as git am does)."""
+    subject: str = ""
+    author: str = ""
+    email: str = ""
+    date: str = ""
+    message: str = ""
+    trailers: tuple[tuple[str, str], ...] = ()
+
+
+# bump when MailFacts or the way it is computed changes: old cache entries are then ignored
+_FACTS_VERSION = "1"
+
+
+def _git_facts(text: str, path: Path) -> MailFacts:
     try:
         headers, message = _mailinfo(path)
     except SeriesError as e:
-        return None, [Finding(path, 0, str(e).removeprefix(f"{path}: "))]
-    files, findings = _bad_paths(text, path)
-    if findings:
-        return None, findings
+        return MailFacts(error=str(e).removeprefix(f"{path}: "), error_stage="mailinfo")
     # git's own parser decides whether the diff is well-formed
     r = proc.run(["git", "apply", "--numstat", "-"], input_text=text, check=False)
     if r.returncode != 0:
-        return None, [Finding(path, 0, f"not a parseable patch: {r.stderr.strip().splitlines()[0]}")]
-    if not headers.get("Subject"):
+        first = (r.stderr.strip().splitlines() or ["git apply refused it"])[0]
+        return MailFacts(error=f"not a parseable patch: {first}", error_stage="apply")
+    return MailFacts(subject=headers.get("Subject", ""), author=headers.get("Author", ""),
+                     email=headers.get("Email", ""), date=headers.get("Date", ""), message=message,
+                     trailers=tuple(parse_trailers(message)))
+
+
+def mail_facts(path: Path, data: bytes, cache_dir: Path | None) -> MailFacts:
+    """Git's view of a mail, from the content-addressed cache when it has it."""
+    text = data.decode("utf-8", errors="replace")
+    if cache_dir is None:
+        return _git_facts(text, path)
+    key = hashlib.sha256(_FACTS_VERSION.encode() + b"\0" + data).hexdigest()
+    entry = cache_dir / key[:2] / f"{key}.json"
+    try:
+        raw = json.loads(entry.read_text(encoding="utf-8"))
+        return MailFacts(**{**raw, "trailers": tuple(tuple(t) for t in raw["trailers"])})
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # not cached yet, or an entry we cannot read: compute it again
+    facts = _git_facts(text, path)
+    with contextlib.suppress(OSError):  # a read-only cache only costs speed
+        atomic_write_text(entry, json.dumps(asdict(facts)) + "\n")
+    return facts
+
+
+def parse_patch(path: Path, index: int, patches_dir: Path, cache_dir: Path | None = None,
+                strict: bool = False) -> tuple[Patch | None, list[Finding]]:
+    """One patch file; None with findings when it cannot be used at all."""
+    if not path.is_file():
+        return None, [Finding(path, 0, "listed in the series but the file does not exist")]
+    data = path.read_bytes()
+    text = data.decode("utf-8", errors="replace")
+    facts = mail_facts(path, data, cache_dir)
+    if facts.error_stage == "mailinfo":
+        return None, [Finding(path, 0, facts.error)]
+    files, findings = _bad_paths(text, path)
+    if findings:
+        return None, findings
+    if facts.error:
+        return None, [Finding(path, 0, facts.error)]
+    if not facts.subject:
         findings.append(Finding(path, 0, "has no Subject header"))
-    meta, meta_findings = meta_from_trailers(parse_trailers(message), text, path, patches_dir)
+    meta, meta_findings = meta_from_trailers(list(facts.trailers), text, path, patches_dir)
     findings += meta_findings
-    author = f"{headers.get('Author', '')} <{headers.get('Email', '')}>"
-    return Patch(index, path.name, path, headers.get("Subject", ""), author, headers.get("Date", ""),
-                 message, tuple(files), meta), findings
+    findings += trailer_block_findings(facts.message, facts.trailers, text, path, strict)
+    if strict and not meta.origin:
+        findings.append(Finding(path, _line_of(text, facts.subject) if facts.subject else 0,
+                                "no Patchset-Origin trailer: say where the patch came from (--strict)"))
+    author = f"{facts.author} <{facts.email}>"
+    return Patch(index, path.name, path, facts.subject, author, facts.date, facts.message, tuple(files),
+                 meta), findings
 
 
-def lint(patches_dir: Path) -> tuple[Series, list[Finding]]:
-    """Everything wrong with the series, and the patches that could be parsed."""
+_TRAILER_LIKE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)\s*:\s")
+
+
+def trailer_block_findings(message: str, trailers: tuple[tuple[str, str], ...], text: str, path: Path,
+                           strict: bool) -> list[Finding]:
+    """Lines of the message's last paragraph that look like trailers but that git did not read as any.
+
+    git reads trailers only from a well-formed last paragraph: a wrapped value that starts in
+    column 0, or a blank line inside the block, silently ends it, and every trailer above is
+    lost. A `Patchset-*` line lost that way is always an error (its metadata would be ignored);
+    any other lost trailer is one under --strict.
+    """
+    paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
+    body = paragraphs[1:]  # the first paragraph is the subject
+    parsed = {(k.lower(), v) for k, v in trailers}
+    found: list[Finding] = []
+    for n, block in enumerate(body, 1):
+        for line in block.splitlines():
+            m = _TRAILER_LIKE.match(line)
+            if not m:
+                continue
+            key, value = m.group(1), line[m.end():].strip()
+            if (key.lower(), value) in parsed or any(k.lower() == key.lower() and v.startswith(value)
+                                                      for k, v in trailers):
+                continue
+            # a Patchset-* line anywhere in the body is meant as metadata; other keys only count
+            # in the last paragraph, where git looks for the block (body prose may say "Note: ...")
+            ours = key.lower().startswith(TRAILER_PREFIX.lower())
+            if ours or (strict and n == len(body)):
+                found.append(Finding(path, _line_of(text, line),
+                                     f"'{key}:' is not read as a trailer by git: the trailer block is broken "
+                                     "(a wrapped line starting in column 0, or a blank line inside the block)"))
+    return found
+
+
+def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tuple[Series, list[Finding]]:
+    """Everything wrong with the series, and the patches that could be parsed.
+
+    With `cache`, git's view of each mail is kept by content in the user cache (`parsed/`);
+    mails not cached yet are parsed in parallel. `strict` adds the checks of `check --strict`.
+    """
     series_file = patches_dir / "series"
     entries, findings = read_series_file(series_file)
+    cache_dir = default_cache_dir() / "parsed" if cache else None
+    with ThreadPoolExecutor(max_workers=min(8, 2 * (os.cpu_count() or 1))) as pool:
+        parsed = list(pool.map(lambda ie: parse_patch(patches_dir / ie[1].name, ie[0], patches_dir, cache_dir, strict),
+                               enumerate(entries, 1)))
     patches: list[Patch] = []
-    for i, entry in enumerate(entries, 1):
-        patch, f = parse_patch(patches_dir / entry.name, i, patches_dir)
-        if patch is None and f and f[0].line == 0 and "does not exist" in f[0].message:
-            f = [Finding(series_file, entry.line, f"'{entry.name}' is listed but the file does not exist")]
-        findings += f
+    for entry, (patch, found) in zip(entries, parsed, strict=True):
+        missing = patch is None and not (patches_dir / entry.name).is_file()
+        findings += ([Finding(series_file, entry.line, f"'{entry.name}' is listed but the file does not exist")]
+                     if missing else found)
         if patch is not None:
             patches.append(patch)
     listed = {e.name for e in entries}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from builder.project import Project
 from builder.series.model import lint
-from builder.series.refresh import mail_for_commit
+from builder.series.refresh import format_mails
 from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, load_pin
@@ -53,13 +53,14 @@ def status(project: Project) -> Status:
         clean = not work.git.is_dirty()
         state = work.load_state()
         op = state.op.kind if state.op else None
+    # one format-patch for the whole range: one process per commit made a 400-patch status take 25 s
+    mails = [mail for _name, mail in format_mails(work.git, f"{UPSTREAM}..{PATCHED}")] if commits else []
     rows = []
     for i, p in enumerate(series.patches):
         applied = dirty = False
         if i < len(commits):
-            mail = mail_for_commit(work.git, commits[i])
             applied = True
-            dirty = mail != p.path.read_bytes()
+            dirty = mails[i] != p.path.read_bytes()
         ref = f" {p.meta.status_ref}" if p.meta.status_ref else ""
         rows.append(PatchStatus(p.index, p.name, p.subject, applied, dirty, p.meta.status + ref))
     return Status(

@@ -6,6 +6,7 @@ from builder.commands import (
     build_cmd,
     check_cmd,
     fetch_cmd,
+    pin_cmd,
     rebase_cmd,
     refresh_cmd,
     slice_cmd,
@@ -16,5 +17,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd,
+    all_cmd, pin_cmd,
 ]

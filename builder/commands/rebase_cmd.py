@@ -31,7 +31,11 @@ def print_report(report: RebaseReport, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report.as_json(), indent=1))
         return
-    table = Table("#", "patch", "outcome", "detail", title=None)
+    table = Table("#")
+    # whole file names and paths, folded rather than cut short with an ellipsis
+    table.add_column("patch", overflow="fold")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("detail", overflow="fold")
     for i, p in enumerate(report.patches, 1):
         detail = ""
         if p.outcome == CONFLICT:

@@ -61,7 +61,8 @@ _TABLE_OUTCOME = {OUTCOME_CLEAN: dryrun.CLEAN, OUTCOME_3WAY: dryrun.THREE_WAY, O
 
 def dry_run_rebase(project: Project, onto: str) -> RebaseReport:
     """What `rebase --onto` would do to each patch, without touching branches, the pin or patches/."""
-    return dryrun.dry_run(project, target_pin(load_pin(project.pin_file), onto))
+    with project_lock(project.lock_file):
+        return dryrun.dry_run(project, target_pin(load_pin(project.pin_file), onto))
 
 
 def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...]) -> tuple[

@@ -112,11 +112,12 @@ def stale_files(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[FileC
 def check_current(project: Project) -> tuple[FileChange, ...]:
     """`refresh --check`: the files of `patches/` that differ from what refresh would write from
     `patched` (empty: patches/ is current). Writes nothing."""
-    work = WorkRepo(project.work_repo)
-    if not work.exists() or work.head() is None:
-        raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
-    ensure_no_op(work)
-    return tuple(stale_files(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}")))
+    with project_lock(project.lock_file):
+        work = WorkRepo(project.work_repo)
+        if not work.exists() or work.head() is None:
+            raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+        ensure_no_op(work)
+        return tuple(stale_files(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}")))
 
 
 def _leading_comments(series_file: Path) -> str:

@@ -54,11 +54,12 @@ def test_pin_from_a_tarball_is_accepted_by_fetch_and_refused_after_one_byte_chan
     assert upstream.lookup(tmp_path / "cache-b", pin) is None
 
 
-def _sdist_with_submodule_git_dir(path: Path, commit: str, obj: bytes) -> Path:
+def _sdist_with_submodule_git_dir(path: Path, commit: str, obj: bytes,
+                                  files: dict[str, str] = UPSTREAM_FILES) -> Path:
     """An sdist that ships the vendored submodule's git dir as llama-cpp-python's do: HEAD and
     the commit's loose object (`obj`, stored under the commit's id)."""
     gitdir = ".git/modules/vendor/up"
-    return make_sdist(path, dict(UPSTREAM_FILES), package_files={
+    return make_sdist(path, dict(files), package_files={
         f"{gitdir}/HEAD": f"{commit}\n".encode(),
         f"{gitdir}/objects/{commit[:2]}/{commit[2:]}": obj,
     })
@@ -130,3 +131,26 @@ def test_pin_from_git_then_rebase_onto_it(proj: Proj, tmp_path: Path) -> None:
     assert main(["--project", str(proj.root), "rebase", "--onto", str(out)]) == 0
     moved = load_pin(proj.project.pin_file)
     assert (moved.commit, moved.tree) == (new, pin.tree)
+
+
+def test_mirror_that_differs_from_its_commit_records_its_own_tree(
+        proj: Proj, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive leaves README out, but ships the commit object: the pin's tree is the commit's
+    (what a git fetch verifies), the sdist source's own tree is what the archive gives."""
+    up = proj.upstream
+    obj = (up.src / ".git" / "objects" / up.commit[:2] / up.commit[2:]).read_bytes()
+    files = {k: v for k, v in UPSTREAM_FILES.items() if k != "README"}
+    archive = _sdist_with_submodule_git_dir(tmp_path / "pkg.tar.gz", up.commit, obj, files)
+    out = tmp_path / "new.toml"
+
+    assert _pin(proj, "--sdist", str(archive), "--subdir", "vendor/up", "--git-source",
+                str(tmp_path / "none.git"), "--out", str(out)) == 0
+
+    pin = load_pin(out)
+    sdist = pin.sources[1]
+    assert isinstance(sdist, SdistSource)
+    assert pin.tree == up.tree
+    assert sdist.tree not in ("", up.tree)
+    assert "differ from upstream's" in pin.tree_note
+    # the git remote is missing: fetch takes the archive and checks it against the source's own tree
+    assert main(["--project", str(proj.root), "fetch", "--pin", str(out)]) == 0

@@ -113,7 +113,7 @@ def _pin_git(q: GitRepo, req: PinRequest) -> PinResult:
     tag = req.tag or _tag_of_ref(req.git_ref)
     note = (f"Computed by `patchset pin --git`: the tree of commit {commit}, fetched as '{req.git_ref}' "
             f"from {req.git_url}. A commit id is content-addressed, so the fetch verifies itself.")
-    pin = Pin(req.name, req.repository, commit, tree, tag, date, note + "\n", (GitSource(req.git_url),))
+    pin = Pin(req.name, req.repository, commit, tree, tag, date, _wrap(note), (GitSource(req.git_url),))
     return PinResult(pin)
 
 

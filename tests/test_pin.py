@@ -154,3 +154,18 @@ def test_mirror_that_differs_from_its_commit_records_its_own_tree(
     assert "differ from upstream's" in pin.tree_note
     # the git remote is missing: fetch takes the archive and checks it against the source's own tree
     assert main(["--project", str(proj.root), "fetch", "--pin", str(out)]) == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sdist", "missing.tar.gz"], "archive file not found"),
+    (["--sdist", "pkg==1.0", "--commit", "abc1234"], "full 40-hex commit id"),
+    (["--sdist", "pkg==1.0", "--date", "yesterday"], "YYYY-MM-DD"),
+    (["--sdist", "pkg==1.0", "--subdir", "../up"], "relative path inside the archive"),
+    (["--git", "file:///nowhere.git", "main", "--commit", FAKE_COMMIT], "--commit is for an sdist"),
+])
+def test_bad_arguments_are_one_line_errors(proj: Proj, capsys: pytest.CaptureFixture[str], args: list[str],
+                                           message: str) -> None:
+    assert _pin(proj, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1

@@ -89,6 +89,8 @@ def make_pin(cache_dir: Path, req: PinRequest, progress: ProgressSink | None = N
         raise InputError("pin: give exactly one of --sdist SOURCE or --git URL REF")
     if req.commit and not _SHA1.fullmatch(req.commit):
         raise InputError(f"--commit '{req.commit}': give the full 40-hex commit id")
+    if req.date and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", req.date):
+        raise InputError(f"--date '{req.date}': give the commit date as YYYY-MM-DD")
     if req.subdir.startswith("/") or ".." in PurePosixPath(req.subdir).parts:
         raise InputError(f"--subdir '{req.subdir}': a relative path inside the archive")
     with cache_lock(cache_dir):
@@ -131,6 +133,8 @@ def _sdist_spec(sdist: str) -> tuple[str, str]:
     path = Path(sdist)
     if path.is_file():
         return "", path.resolve().as_uri()
+    if sdist.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
+        raise InputError(f"--sdist {sdist}: archive file not found")
     if not re.match(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[.*\])?\s*([=<>!~]=?|$)", sdist) or "/" in sdist:
         raise InputError(f"--sdist '{sdist}': not a requirement (name==version), a URL or an existing file")
     return sdist.strip(), ""
@@ -148,7 +152,7 @@ def _pin_sdist(q: GitRepo, req: PinRequest, cache_dir: Path, scratch: Path, prog
     marker, looked = _commit_marker(dl.path, req.subdir, files, req.commit)
     if req.commit:
         commit, how = req.commit, "given with --commit"
-        if marker and marker.commit == req.commit:
+        if marker and req.commit.startswith(marker.commit):
             how += f", and recorded in the archive ({marker.where})"
         elif marker:
             how += f"; the archive records {marker.commit} instead ({marker.where})"

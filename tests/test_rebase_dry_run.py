@@ -61,15 +61,19 @@ def _hunk_line(patch: Path) -> str:
     return m.group(1)
 
 
-def test_dry_run_reports_every_patch_and_changes_nothing(four: Proj, capsys: pytest.CaptureFixture[str]) -> None:
-    apply(four.project)
-    # upstream takes patch 1 as is, moves a line of patch 2's context (3-way), and rewrites the
-    # line patch 3 inserts after (conflict); patch 4 edits what patch 3 adds
-    new = four.upstream.advance({
+def _advance_four(four: Proj) -> str:
+    """Upstream takes patch 1 as is, moves a line of patch 2's context (3-way), and rewrites the
+    line patch 3 inserts after (conflict); patch 4 edits what patch 3 adds."""
+    return four.upstream.advance({
         "src/a.c": PATCH1_A_C,
         "src/b.c": B_C.replace("    while (s[n]) n++;", "    while (s[n] != 0) n++;"),
         "tests/test-x.c": TEST_X_C.replace('assert(b_len("ab") == 2);', 'assert(b_len("abc") == 3);'),
     }, "upstream moves on\n")
+
+
+def test_dry_run_reports_every_patch_and_changes_nothing(four: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    apply(four.project)
+    new = _advance_four(four)
     before = _state(four)
 
     report = dry_run_rebase(four.project, new)
@@ -171,3 +175,21 @@ def test_skip_without_a_stopped_rebase_is_refused(proj: Proj, capsys: pytest.Cap
     apply(proj.project)
     assert main(["--project", str(proj.root), "rebase", "--skip"]) == 2
     assert "no rebase is stopped" in capsys.readouterr().err
+
+
+def test_the_rebase_does_what_the_dry_run_said(four: Proj) -> None:
+    """Same scenario for real: it stops at patch 3, then (patch 3 skipped) at patch 4."""
+    apply(four.project)
+    new = _advance_four(four)
+    predicted = dry_run_rebase(four.project, new)
+
+    with pytest.raises(ConflictError, match=re.escape(predicted.patches[2].patch)):
+        rebase(four.project, new)
+    with pytest.raises(ConflictError, match=re.escape(predicted.patches[3].patch)):
+        skip_rebase(four.project)
+    result = skip_rebase(four.project)
+
+    assert result.report is not None
+    assert [p.outcome for p in result.report.patches][:2] == [p.outcome for p in predicted.patches][:2]
+    assert result.skipped == [predicted.patches[2].patch, predicted.patches[3].patch]
+    assert four.series() == ["0001-b-accept-NULL.patch"]

@@ -221,10 +221,11 @@ def extract_subdir(
     return sum(1 for m in chosen if m.isfile() or m.issym())
 
 
-def read_small_files(archive: Path, prefixes: tuple[str, ...], limit: int = 1 << 20) -> dict[str, bytes]:
-    """The bytes of the regular-file members whose path (below the archive's top folder) starts
-    with one of `prefixes`, read in memory in one pass without extracting anything; members
-    larger than `limit` (packs) are left out."""
+def read_small_files(archive: Path, names: tuple[str, ...], prefixes: tuple[str, ...] = (),
+                     limit: int = 1 << 20) -> dict[str, bytes]:
+    """The bytes of the regular-file members whose path (below the archive's top folder) is one
+    of `names` or starts with one of `prefixes`, read in memory in one pass without extracting
+    anything; members larger than `limit` (packs) are left out."""
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
     except (tarfile.TarError, OSError) as e:
@@ -238,7 +239,7 @@ def read_small_files(archive: Path, prefixes: tuple[str, ...], limit: int = 1 <<
                 continue
             top = top or parts[0]
             rel = "/".join(parts[1:]) if parts[0] == top else ""
-            if not rel.startswith(prefixes) or not m.isfile() or m.size > limit:
+            if not (rel in names or rel.startswith(prefixes)) or not m.isfile() or m.size > limit:
                 continue
             fh = tf.extractfile(m)
             if fh is not None:

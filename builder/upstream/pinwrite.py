@@ -236,7 +236,7 @@ def _commit_marker(archive: Path, subdir: str, files: Path,
     With `commit`, the archive's copy of that commit object when it has one (else the marker).
     """
     # one pass over the archive: the link file, and the small files of any .git folder
-    small = mirror.read_small_files(archive, (f"{subdir}/.git", ".git/"))
+    small = mirror.read_small_files(archive, (f"{subdir}/.git",), (".git/",))
     gitdir = _gitdir(small, subdir)
     looked = [f"{gitdir}/HEAD"]
     if commit and (obj := _commit_object(small, gitdir, commit)):

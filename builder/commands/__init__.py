@@ -7,6 +7,7 @@ from builder.commands import (
     check_cmd,
     export_cmd,
     fetch_cmd,
+    pin_cmd,
     rebase_cmd,
     refresh_cmd,
     slice_cmd,
@@ -17,5 +18,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd, export_cmd,
+    all_cmd, pin_cmd, export_cmd,
 ]

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import argparse
+import json
+
+from rich.table import Table
 
 from builder.commands.apply_cmd import print_outcomes
 from builder.console import console
-from builder.errors import InputError
+from builder.errors import EXIT_CONFLICT, InputError
 from builder.project import Project
-from builder.series.rebase import abort_rebase, continue_rebase, rebase
+from builder.series.dryrun import CONFLICT, DEPENDS, RebaseReport
+from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
 HELP = "move the series onto another upstream commit (or pin file), reporting every patch"
@@ -14,25 +18,69 @@ HELP = "move the series onto another upstream commit (or pin file), reporting ev
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onto", help="a full commit id of the pin's git remote, or a pin file (.toml)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="try every patch on the new base in a scratch index and print the table; change nothing")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")
     g.add_argument("--abort", action="store_true", help="give up and restore the state before")
 
 
+def print_report(report: RebaseReport, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_json(), indent=1))
+        return
+    table = Table("#")
+    # whole file names and paths, folded rather than cut short with an ellipsis
+    table.add_column("patch", overflow="fold")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for i, p in enumerate(report.patches, 1):
+        detail = ""
+        if p.outcome == CONFLICT:
+            detail = "files: " + ", ".join(p.files) + ("; hunks: " + ", ".join(p.hunks) if p.hunks else "")
+        elif p.outcome == DEPENDS:
+            detail = f"needs {p.depends_on}"
+        table.add_row(str(i), p.patch, p.outcome, detail)
+    console.print(table)
+
+
 def run(args: argparse.Namespace, project: Project) -> int:
+    if args.dry_run:
+        if not args.onto or args.cont or args.skip or args.abort:
+            raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
+        report = dry_run_rebase(project, args.onto)
+        print_report(report, args.json)
+        if not args.json:
+            n = len(report.failed)
+            console.print(f"dry run onto {report.new_commit[:12]}: " + (
+                f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
+                + "; nothing was changed")
+        return EXIT_CONFLICT if report.failed else 0
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
         return 0
     if args.cont:
         result = continue_rebase(project)
+    elif args.skip:
+        result = skip_rebase(project)
     elif args.onto:
         result = rebase(project, args.onto)
     else:
-        raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --abort)")
-    print_outcomes(result.outcomes)
+        raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --skip / --abort)")
+    if result.report is None:
+        print_outcomes(result.outcomes)
+    else:
+        print_report(result.report, args.json)
+        if args.json:
+            return 0
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
-                  f"pin {project.pin_file.name} and patches/ updated")
+                  f"pin {project.pin_file.name} and patches/ updated"
+                  + (f"; table written to {result.report_file}" if result.report_file else ""))
     if result.dropped:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
+    if result.skipped:
+        console.print(f"dropped with --skip: {', '.join(result.skipped)}")
     return 0

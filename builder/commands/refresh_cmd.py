@@ -3,18 +3,29 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
+from builder.errors import EXIT_FAILED
 from builder.project import Project
-from builder.series.refresh import refresh
+from builder.series.refresh import check_current, refresh
 
 NAME = "refresh"
 HELP = "write patches/ back from the 'patched' branch (byte-stable)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 listing the files when patches/ is not what refresh would write")
 
 
 def run(args: argparse.Namespace, project: Project) -> int:
+    if args.check:
+        stale = check_current(project)
+        for c in stale:
+            console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
+        if stale:
+            console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
+            return EXIT_FAILED
+        console.print("patches/ is current: exactly what `patchset refresh` writes from 'patched'")
+        return 0
     result = refresh(project)
     changed = [c for c in result.changes if c.change != "unchanged"]
     for c in changed:

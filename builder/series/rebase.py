@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import InputError, WorkTreeError
+from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series import dryrun
+from builder.series.dryrun import RebaseReport
 from builder.series.model import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
 from builder.series.workrepo import (
+    OUTCOME_3WAY,
+    OUTCOME_CLEAN,
+    OUTCOME_RESOLVED,
+    OUTCOME_SKIPPED,
     OUTCOME_UPSTREAM,
     PATCHED,
     UPSTREAM,
@@ -32,10 +41,38 @@ class RebaseResult:
     new_pin: Pin
     outcomes: tuple[PatchOutcome, ...]
     changes: tuple[FileChange, ...]
+    report: RebaseReport | None = None
+    """The table of what happened to each patch, also written to `report_file`."""
+    report_file: Path | None = None
 
     @property
     def dropped(self) -> list[str]:
         return [o.name for o in self.outcomes if o.outcome == OUTCOME_UPSTREAM]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [o.name for o in self.outcomes if o.outcome == OUTCOME_SKIPPED]
+
+
+# what the sequencer's outcomes are called in the rebase table (the dry run's words)
+_TABLE_OUTCOME = {OUTCOME_CLEAN: dryrun.CLEAN, OUTCOME_3WAY: dryrun.THREE_WAY, OUTCOME_RESOLVED: dryrun.RESOLVED,
+                  OUTCOME_UPSTREAM: dryrun.UPSTREAM, OUTCOME_SKIPPED: dryrun.SKIPPED}
+
+
+def dry_run_rebase(project: Project, onto: str) -> RebaseReport:
+    """What `rebase --onto` would do to each patch, without touching branches, the pin or patches/."""
+    with project_lock(project.lock_file):
+        return dryrun.dry_run(project, target_pin(load_pin(project.pin_file), onto))
+
+
+def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...]) -> tuple[
+        RebaseReport, Path]:
+    """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`."""
+    report = dryrun.RebaseReport(old_pin.commit, new_pin.commit, False, tuple(
+        dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome)) for o in outcomes))
+    path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
+    atomic_write_text(path, json.dumps(report.as_json(), indent=1) + "\n")
+    return report, path
 
 
 def target_pin(current: Pin, onto: str) -> Pin:
@@ -100,10 +137,20 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
-    return RebaseResult(old_pin, new_pin, named, tuple(changes))
+    report, report_file = write_report(project, old_pin, new_pin, named)
+    return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)
 
 
 def continue_rebase(project: Project) -> RebaseResult:
+    return _resume(project, WorkRepo.continue_op)
+
+
+def skip_rebase(project: Project) -> RebaseResult:
+    """Drop the patch the rebase stopped at from the series (`git am --skip`), and go on."""
+    return _resume(project, WorkRepo.skip_op)
+
+
+def _resume(project: Project, step: Callable[[WorkRepo], list[PatchOutcome]]) -> RebaseResult:
     with project_lock(project.lock_file):
         work = WorkRepo(project.work_repo)
         state = work.load_state() if work.exists() else None
@@ -113,7 +160,7 @@ def continue_rebase(project: Project) -> RebaseResult:
         tmp = work.meta_dir / "new-pin.toml"
         tmp.write_text(state.op.extra["new_pin"]["toml"])
         new_pin = load_pin(tmp)
-        outcomes = work.continue_op()
+        outcomes = step(work)
         return _finish(project, work, old_pin, new_pin, outcomes)
 
 

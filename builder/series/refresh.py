@@ -75,11 +75,49 @@ def write_series(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[File
         if name not in new_names:
             (patches_dir / name).unlink(missing_ok=True)
             changes.append(FileChange(name, "removed"))
-    header = _leading_comments(series_file) or _HEADER
-    text = header + "".join(f"{n}\n" for n in new_names)
+    text = _series_text(series_file, new_names)
     if not series_file.exists() or series_file.read_text(encoding="utf-8") != text:
         atomic_write_text(series_file, text)
     return changes
+
+
+def _series_text(series_file: Path, names: list[str]) -> str:
+    """The series file refresh writes: the comments a person put on top, then the names."""
+    return (_leading_comments(series_file) or _HEADER) + "".join(f"{n}\n" for n in names)
+
+
+def stale_files(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[FileChange]:
+    """What `write_series` would change, without writing: each patch file that would be added,
+    updated or removed, the series file when its text would change, and top-level `*.patch`
+    files that are in no series (refresh leaves those, but they are not part of it)."""
+    series_file = patches_dir / "series"
+    old_names = [e.name for e in read_series_file(series_file)[0]]
+    new_names = [n for n, _ in mails]
+    changes: list[FileChange] = []
+    for name, data in mails:
+        path = patches_dir / name
+        if not path.is_file():
+            changes.append(FileChange(name, "added"))
+        elif path.read_bytes() != data:
+            changes.append(FileChange(name, "updated"))
+    changes += [FileChange(n, "removed") for n in old_names if n not in new_names and (patches_dir / n).exists()]
+    changes += [FileChange(p.name, "unlisted") for p in sorted(patches_dir.glob("*.patch"))
+                if p.name not in new_names and p.name not in old_names]
+    text = _series_text(series_file, new_names)
+    if not series_file.is_file() or series_file.read_text(encoding="utf-8") != text:
+        changes.append(FileChange("series", "updated"))
+    return changes
+
+
+def check_current(project: Project) -> tuple[FileChange, ...]:
+    """`refresh --check`: the files of `patches/` that differ from what refresh would write from
+    `patched` (empty: patches/ is current). Writes nothing."""
+    with project_lock(project.lock_file):
+        work = WorkRepo(project.work_repo)
+        if not work.exists() or work.head() is None:
+            raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+        ensure_no_op(work)
+        return tuple(stale_files(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}")))
 
 
 def _leading_comments(series_file: Path) -> str:

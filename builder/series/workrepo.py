@@ -30,6 +30,7 @@ OUTCOME_CLEAN = "applied clean"
 OUTCOME_3WAY = "applied by 3-way merge"
 OUTCOME_RESOLVED = "conflict resolved by hand"
 OUTCOME_UPSTREAM = "already upstream (dropped)"
+OUTCOME_SKIPPED = "skipped (dropped with --skip)"
 
 
 @dataclass
@@ -307,6 +308,19 @@ class WorkRepo:
             else:
                 op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_RESOLVED, self.git.out("rev-parse", "HEAD")))
             self.save_state(state)
+        return self.run_queue()
+
+    def skip_op(self) -> list[PatchOutcome]:
+        """Drop the patch the operation stopped at, as `git am --skip` and quilt do (its conflicted
+        files go back to the last applied patch), and go on with the rest."""
+        state = self.load_state()
+        op = state.op
+        if op is None or not op.queue:
+            raise WorkTreeError(f"{self.path}: no apply or rebase is stopped at a conflict")
+        if self.in_am():
+            self.git.run("am", "--skip", env=COMMITTER)
+        op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_SKIPPED))
+        self.save_state(state)
         return self.run_queue()
 
     def abort_op(self) -> Operation:

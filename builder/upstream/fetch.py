@@ -13,6 +13,8 @@ import json
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,14 +98,21 @@ def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_
     if found:
         return found
     progress = progress or NullProgress()
+    with cache_lock(cache_dir, lock_timeout):
+        # another process may have fetched it while we waited for the lock
+        found = lookup(cache_dir, pin)
+        if found:
+            return found
+        return _fetch_locked(cache_dir, pin, progress)
+
+
+@contextmanager
+def cache_lock(cache_dir: Path, timeout: float = 1800) -> Iterator[None]:
+    """Hold the cache's lock file: downloads and imports of two processes never interleave."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with FileLock(str(cache_dir / "lock"), timeout=lock_timeout):
-            # another process may have fetched it while we waited for the lock
-            found = lookup(cache_dir, pin)
-            if found:
-                return found
-            return _fetch_locked(cache_dir, pin, progress)
+        with FileLock(str(cache_dir / "lock"), timeout=timeout):
+            yield
     except Timeout as e:
         raise SourceError(f"{cache_dir / 'lock'}: another patchset process holds the cache lock") from e
 
@@ -145,15 +154,24 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
     raise SourceError(f"no source gave verified {pin.name} {pin.commit}:\n  " + "\n  ".join(failures))
 
 
+def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:
+    """Fetch one ref or commit id of `url` (history depth 1) into `q`; the commit it names.
+
+    Shared by `fetch` (a pin's commit) and `patchset pin --git` (a branch or tag), so that a
+    written pin's tree id comes from the very fetch that will verify it.
+    """
+    try:
+        q.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", "fetch", "--quiet", "--depth=1",
+              "--no-tags", url, ref, env={"GIT_TERMINAL_PROMPT": "0"}, timeout=3600)
+    except ProcessError as e:
+        raise SourceError(f"git fetch failed: {e.stderr.strip().splitlines()[-1:] or e}") from e
+    return q.out("rev-parse", "FETCH_HEAD^{commit}")
+
+
 def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:
     # a commit id is content-addressed, so fetching by id verifies the history; the tree is
     # still compared because the pin's tree id may have been recorded from a mirror
-    try:
-        q.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", "fetch", "--quiet", "--depth=1",
-              "--no-tags", src.url, pin.commit, env={"GIT_TERMINAL_PROMPT": "0"}, timeout=3600)
-    except ProcessError as e:
-        raise SourceError(f"git fetch failed: {e.stderr.strip().splitlines()[-1:] or e}") from e
-    commit = q.out("rev-parse", "FETCH_HEAD")
+    commit = fetch_git_ref(q, src.url, pin.commit)
     if commit != pin.commit:
         raise SourceError(f"asked for commit {pin.commit}, the remote sent {commit}")
     tree = q.tree_of(commit)
@@ -176,14 +194,7 @@ def _import_sdist(
     finally:
         progress.end()
     try:
-        files = quarantine / "files"
-        count = mirror.extract_subdir(archive, src.subdir, files, progress)
-        progress.begin(f"importing {count} files", None)
-        env = {**ISOLATED, "GIT_INDEX_FILE": str(quarantine / "index")}
-        # --force: upstream tracks files that its own .gitignore matches; a plain add drops them
-        q.run("--work-tree", str(files), "add", "--all", "--force", ".", env=env)
-        tree = q.out("write-tree", env=env)
-        progress.end()
+        tree, count = import_tree(q, archive, src.subdir, quarantine, progress)
         expected = src.tree or pin.tree
         if tree != expected:
             raise SourceError(
@@ -208,6 +219,20 @@ def _import_sdist(
     )
     # deterministic author, committer and date: the same archive always gives the same commit id
     return q.out("commit-tree", tree, "-m", message, env=ident)
+
+
+def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress: ProgressSink) -> tuple[str, int]:
+    """Extract `subdir` of a (checksummed) archive under `scratch` and add it to `q`: its tree id
+    and file count. The one import both `fetch` and `patchset pin --sdist` use."""
+    files = scratch / "files"
+    count = mirror.extract_subdir(archive, subdir, files, progress)
+    progress.begin(f"importing {count} files", None)
+    env = {**ISOLATED, "GIT_INDEX_FILE": str(scratch / "index")}
+    # --force: upstream tracks files that its own .gitignore matches; a plain add drops them
+    q.run("--work-tree", str(files), "add", "--all", "--force", ".", env=env)
+    tree = q.out("write-tree", env=env)
+    progress.end()
+    return tree, count
 
 
 def _migrate_objects(src: Path, dst: Path) -> None:

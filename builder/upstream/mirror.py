@@ -9,6 +9,7 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from builder import proc
@@ -46,36 +47,87 @@ def download(src: SdistSource, downloads_dir: Path, tmp_root: Path) -> Path:
     tmp_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=tmp_root))
     try:
-        if src.requirement:
-            name = _requirement_name(src.requirement)
-            # --no-binary only for the package itself: ':all:' would also force its build
-            # requirements (cmake, ninja) to compile from source just to read metadata.
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name,
-                   "--progress-bar", "off", "--disable-pip-version-check", "-d", str(tmp), src.requirement]
-            try:
-                proc.run(cmd, timeout=1800)
-            except ProcessError as e:
-                raise SourceError(f"pip download {src.requirement} failed: {e.stderr.strip()[-300:]}") from e
-        else:
-            target = tmp / (PurePosixPath(src.url.split("?")[0]).name or "archive.tar.gz")
-            try:
-                with urllib.request.urlopen(src.url, timeout=60) as r, target.open("wb") as fh:
-                    shutil.copyfileobj(r, fh)
-            except (OSError, ValueError) as e:
-                raise SourceError(f"download {src.url} failed: {e}") from e
-        files = [f for f in tmp.iterdir() if f.is_file()]
-        if len(files) != 1:
-            raise SourceError(f"expected one archive from {src.requirement or src.url}, got {len(files)}")
-        got = sha256_file(files[0])
+        got_file = _download_to(tmp, src.requirement, src.url)
+        got = sha256_file(got_file)
         if got != src.sha256:
             raise SourceError(
-                f"{files[0].name}: sha256 mismatch: expected {src.sha256}, found {got}; "
+                f"{got_file.name}: sha256 mismatch: expected {src.sha256}, found {got}; "
                 "the download was discarded"
             )
         final_dir.mkdir(parents=True, exist_ok=True)
-        dest = final_dir / files[0].name
-        files[0].replace(dest)
+        dest = final_dir / got_file.name
+        got_file.replace(dest)
         return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _download_to(tmp: Path, requirement: str, url: str) -> Path:
+    """Download one archive into the empty folder `tmp` (pip for a requirement, else the URL)."""
+    if requirement:
+        name = _requirement_name(requirement)
+        # --no-binary only for the package itself: ':all:' would also force its build
+        # requirements (cmake, ninja) to compile from source just to read metadata.
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name,
+               "--progress-bar", "off", "--disable-pip-version-check", "-d", str(tmp), requirement]
+        try:
+            proc.run(cmd, timeout=1800)
+        except ProcessError as e:
+            raise SourceError(f"pip download {requirement} failed: {e.stderr.strip()[-300:]}") from e
+    else:
+        target = tmp / (PurePosixPath(url.split("?", maxsplit=1)[0]).name or "archive.tar.gz")
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r, target.open("wb") as fh:
+                shutil.copyfileobj(r, fh)
+        except (OSError, ValueError) as e:
+            raise SourceError(f"download {url} failed: {e}") from e
+    files = [f for f in tmp.iterdir() if f.is_file()]
+    if len(files) != 1:
+        raise SourceError(f"expected one archive from {requirement or url}, got {len(files)}")
+    return files[0]
+
+
+@dataclass(frozen=True)
+class Download:
+    """An archive whose checksum is not known in advance (`patchset pin`), hashed on arrival."""
+
+    path: Path
+    """The archive, in the download cache under its own sha256."""
+    sha256: str
+    from_cache: bool
+    """True when the download cache served it (re-hashed, never trusted by name alone)."""
+
+
+def _sdist_file_name(requirement: str) -> str | None:
+    """`name-version.tar.gz` as PyPI names the sdist of an exact `name==version`, else None."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*===?\s*([A-Za-z0-9.+!_-]+)\s*", requirement)
+    if not m:
+        return None
+    # PEP 625: the distribution name normalized with underscores
+    return f"{re.sub(r'[-_.]+', '_', m.group(1)).lower()}-{m.group(2)}.tar.gz"
+
+
+def download_new(requirement: str, url: str, downloads_dir: Path, tmp_root: Path) -> Download:
+    """Fetch an archive whose sha256 is not known yet; store it in the download cache under it.
+
+    An exact requirement (`name==version`) is served from the download cache when an archive of
+    that file name is there and its bytes still hash to the folder it sits in: the 77 MB sdist is
+    not downloaded twice. Either way the returned sha256 is computed from the bytes.
+    """
+    if requirement and (want := _sdist_file_name(requirement)) and downloads_dir.is_dir():
+        for f in sorted(downloads_dir.glob("*/*")):
+            if f.is_file() and f.name.lower() == want.lower() and sha256_file(f) == f.parent.name:
+                return Download(f, f.parent.name, from_cache=True)
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=tmp_root))
+    try:
+        got_file = _download_to(tmp, requirement, url)
+        sha = sha256_file(got_file)
+        final_dir = downloads_dir / sha
+        final_dir.mkdir(parents=True, exist_ok=True)
+        dest = final_dir / got_file.name
+        got_file.replace(dest)
+        return Download(dest, sha, from_cache=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -167,3 +219,29 @@ def extract_subdir(
         progress.update(len(chosen))
         progress.end()
     return sum(1 for m in chosen if m.isfile() or m.issym())
+
+
+def read_small_files(archive: Path, names: tuple[str, ...], prefixes: tuple[str, ...] = (),
+                     limit: int = 1 << 20) -> dict[str, bytes]:
+    """The bytes of the regular-file members whose path (below the archive's top folder) is one
+    of `names` or starts with one of `prefixes`, read in memory in one pass without extracting
+    anything; members larger than `limit` (packs) are left out."""
+    try:
+        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
+    except (tarfile.TarError, OSError) as e:
+        raise SourceError(f"{archive.name}: not a readable tar archive: {e}") from e
+    found: dict[str, bytes] = {}
+    with tf:
+        top = ""
+        for m in tf:
+            parts = PurePosixPath(m.name).parts
+            if not parts:
+                continue
+            top = top or parts[0]
+            rel = "/".join(parts[1:]) if parts[0] == top else ""
+            if not (rel in names or rel.startswith(prefixes)) or not m.isfile() or m.size > limit:
+                continue
+            fh = tf.extractfile(m)
+            if fh is not None:
+                found[rel] = fh.read()
+    return found

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.console import CliProgress, console, err_console
+from builder.errors import InputError, PinError
+from builder.fsutil import atomic_write_text
+from builder.progress import NullProgress
+from builder.project import Project
+from builder.upstream.pin import GitSource, dump_pin, load_pin
+from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest, make_pin
+
+NAME = "pin"
+HELP = "write a pin file for another upstream commit from its source: sha256 and tree id computed as fetch checks them"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--sdist", metavar="SOURCE",
+                   help="a requirement (name==version, fetched with pip), a URL or an archive file")
+    g.add_argument("--git", nargs=2, metavar=("URL", "REF"), help="a git remote and a branch, tag or commit id of it")
+    p.add_argument("--subdir", default="vendor/llama.cpp", help="the folder of the sdist that holds the upstream tree")
+    p.add_argument("--commit", help="the upstream commit of an sdist (default: a marker the archive carries)")
+    p.add_argument("--tag", help="the upstream tag (default: none, or the ref when it names a tag)")
+    p.add_argument("--date", help="the commit date, YYYY-MM-DD (default: the commit's committer date, when known)")
+    p.add_argument("--git-source", action="append", default=None, metavar="URL",
+                   help="a git remote to list before an sdist source (default: the current pin's git sources)")
+    p.add_argument("--out", type=Path, help="write the pin here (default: print it)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    out: Path | None = args.out
+    if out is not None:
+        if out.resolve() == project.pin_file:
+            raise InputError(f"--out {out}: that is the pin in use; move the series with "
+                             f"`patchset rebase --onto {out}` from a pin written elsewhere")
+        if out.exists() and not args.force:
+            raise InputError(f"--out {out}: the file exists (--force overwrites it)")
+    try:
+        current = load_pin(project.pin_file)
+        name, repository = current.name, current.repository
+        gits = tuple(s.url for s in current.sources if isinstance(s, GitSource))
+    except PinError:
+        name, repository, gits = DEFAULT_NAME, DEFAULT_REPOSITORY, ()
+    req = PinRequest(
+        sdist=args.sdist or "", subdir=args.subdir, git_url=args.git[0] if args.git else "",
+        git_ref=args.git[1] if args.git else "", commit=args.commit or "", tag=args.tag or "",
+        date=args.date or "", name=name, repository=repository,
+        git_sources=tuple(args.git_source) if args.git_source is not None else gits,
+    )
+    # printed to stdout, the pin must be the only thing there
+    result = make_pin(project.cache_dir, req, CliProgress() if out else NullProgress())
+    pin = result.pin
+    text = dump_pin(pin)
+    if out is None:
+        print(text, end="")
+    else:
+        atomic_write_text(out, text)
+    where = f"wrote {out}" if out else "pin printed above"
+    report = console if out else err_console
+    report.print(f"{where}: {pin.name} {pin.tag or ''} commit {pin.commit} tree {pin.tree}"
+                 + (f" ({result.files} files{', archive from the download cache' if result.from_cache else ''})"
+                    if result.files else ""), highlight=False)
+    return 0

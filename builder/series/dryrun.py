@@ -1,0 +1,254 @@
+"""`patchset rebase --dry-run`: what every patch of the series would do on a new base.
+
+Nothing in the project moves: the patches are tried in a scratch bare repository that borrows
+the cache's objects, through a temporary index (`GIT_INDEX_FILE`) with `git apply --cached`, and
+each result that applies is carried forward as a tree (`write-tree`). Outcomes are read from exit
+codes and from `ls-files --unmerged -z`, never from git's messages.
+
+Per patch, in series order, on the tree carried so far:
+
+- clean: `git apply --cached` applies it as is;
+- already upstream: it applies in reverse (the new base has it), or its 3-way merge leaves the
+  tree unchanged;
+- 3-way: `git apply --cached --3way` merges it without conflict;
+- conflict: the 3-way merge leaves unmerged files; the hunks listed are those that do not apply
+  one by one (`path:line`, the hunk's line in the old file);
+- depends: the patch needs a patch that failed earlier (conflict or depends). The signal is
+  exact, on the old base: the patch applies on the pin with the series before it, and does not
+  apply there once the failed patches are left out (its context holds lines they add or change).
+  It names the first failed patch whose presence makes it apply again. Such a patch is not tried
+  on the new base: a 3-way merge would "succeed" by dropping the lines it builds on.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.errors import SeriesError
+from builder.gitrepo import init_repo
+from builder.project import Project
+from builder.series.model import load_series
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import Pin, load_pin
+
+CLEAN = "clean"
+THREE_WAY = "3-way"
+CONFLICT = "conflict"
+UPSTREAM = "already-upstream"
+DEPENDS = "depends"
+RESOLVED = "resolved"
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """What happened (or would happen) to one patch."""
+
+    patch: str
+    outcome: str
+    """clean, 3-way, conflict, already-upstream, depends (dry run); resolved, skipped (a real rebase)."""
+    files: tuple[str, ...] = ()
+    """conflict: the files left unmerged (or that could not be merged at all)."""
+    hunks: tuple[str, ...] = ()
+    """conflict: `path:line` of each hunk that does not apply on its own."""
+    depends_on: str = ""
+    """depends: the earlier failed patch it needs."""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in (CONFLICT, DEPENDS)
+
+
+@dataclass(frozen=True)
+class RebaseReport:
+    """The table of a rebase: one row per patch of the series, in order."""
+
+    old_commit: str
+    new_commit: str
+    dry_run: bool
+    patches: tuple[PatchReport, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> tuple[PatchReport, ...]:
+        return tuple(p for p in self.patches if p.failed)
+
+    def as_json(self) -> dict:
+        return {
+            "old": self.old_commit, "new": self.new_commit, "dry_run": self.dry_run,
+            "patches": [{"patch": p.patch, "outcome": p.outcome, "files": list(p.files), "hunks": list(p.hunks),
+                         "depends_on": p.depends_on} for p in self.patches],
+        }
+
+
+class _Scratch:
+    """A bare scratch repository and one temporary index in it."""
+
+    def __init__(self, root: Path, borrow: list[Path]) -> None:
+        self.git = init_repo(root / "scratch.git", bare=True)
+        (root / "scratch.git" / "objects" / "info" / "alternates").write_text(
+            "".join(f"{p.resolve()}\n" for p in dict.fromkeys(borrow)))
+        self.env = {"GIT_INDEX_FILE": str(root / "index")}
+        self.root = root
+
+    def apply(self, tree: str, mail: Path, *flags: str) -> tuple[bool, str]:
+        """Apply `mail` on `tree` in the index: (applied, the resulting tree or '')."""
+        self.git.run("read-tree", tree, env=self.env)
+        if self.git.run("apply", "--cached", *flags, str(mail), env=self.env, check=False).returncode != 0:
+            return False, ""
+        return True, ("" if "--check" in flags else self.git.out("write-tree", env=self.env))
+
+    def applies(self, tree: str, mail: Path, *flags: str) -> bool:
+        return self.apply(tree, mail, "--check", *flags)[0]
+
+    def stack(self, base: str, mails: list[Path]) -> str:
+        """`base` with each mail applied in order (3-way where a plain apply fails); one that does
+        not apply at all is left out."""
+        tree = base
+        for mail in mails:
+            ok, after = self.apply(tree, mail)
+            if not ok:
+                ok, after = self.three_way(tree, mail)
+            tree = after if ok else tree
+        return tree
+
+    def three_way(self, tree: str, mail: Path) -> tuple[bool, str]:
+        self.git.run("read-tree", tree, env=self.env)
+        rc = self.git.run("apply", "--cached", "--3way", str(mail), env=self.env, check=False).returncode
+        if rc != 0 or self.unmerged():
+            return False, ""
+        return True, self.git.out("write-tree", env=self.env)
+
+    def unmerged(self) -> list[str]:
+        out = self.git.run("ls-files", "--unmerged", "-z", env=self.env).stdout
+        # <mode> <oid> <stage>\t<path>\0 ...
+        return list(dict.fromkeys(e.split("\t", 1)[1] for e in out.split("\0") if "\t" in e))
+
+    def failed_hunks(self, tree: str, mail: Path) -> tuple[list[str], list[str]]:
+        """(files, hunks) of `mail` that do not apply on `tree`, each hunk tried on its own."""
+        files: list[str] = []
+        hunks: list[str] = []
+        for i, (path, header, hunk_list) in enumerate(split_hunks(mail.read_bytes())):
+            file_ok = True
+            for j, (line, body) in enumerate(hunk_list or [(0, b"")]):
+                one = self.root / f"hunk-{i}-{j}.patch"
+                one.write_bytes(header + body)
+                if not self.applies(tree, one):
+                    file_ok = False
+                    if hunk_list:
+                        hunks.append(f"{path}:{line}")
+            if not file_ok:
+                files.append(path)
+        return files, hunks
+
+
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def split_hunks(mail: bytes) -> list[tuple[str, bytes, list[tuple[int, bytes]]]]:
+    """The diff of a mail as (path, file header, [(old start line, hunk)]) per file.
+
+    Hunks are read by their line counts, so a trailing signature is never taken for a line.
+    """
+    lines = mail.splitlines(keepends=True)
+    files: list[tuple[str, bytes, list[tuple[int, bytes]]]] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith(b"diff --git "):
+            i += 1
+            continue
+        m = re.match(rb"diff --git a/(.*) b/(.*)$", lines[i].rstrip(b"\n"))
+        path = (m.group(2) if m else lines[i][11:].strip()).decode("utf-8", "replace")
+        header = [lines[i]]
+        i += 1
+        while i < len(lines) and not lines[i].startswith((b"@@", b"diff --git ")):
+            header.append(lines[i])
+            i += 1
+        hunks: list[tuple[int, bytes]] = []
+        while i < len(lines) and (h := _HUNK.match(lines[i])):
+            old_n = int(h.group(2)) if h.group(2) is not None else 1
+            new_n = int(h.group(3)) if h.group(3) is not None else 1
+            body = [lines[i]]
+            i += 1
+            while i < len(lines) and (old_n > 0 or new_n > 0 or lines[i].startswith(b"\\")):
+                tag = lines[i][:1]
+                if tag in (b" ", b"\n"):
+                    old_n, new_n = old_n - 1, new_n - 1
+                elif tag == b"-":
+                    old_n -= 1
+                elif tag == b"+":
+                    new_n -= 1
+                body.append(lines[i])
+                i += 1
+            hunks.append((int(h.group(1)), b"".join(body)))
+        files.append((path, b"".join(header), hunks))
+    return files
+
+
+def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
+    """Try the series of `patches/` on `new_pin`'s tree; nothing in the project changes.
+
+    Both pins are fetched into the cache when they are not there yet (that is all it writes).
+    """
+    old_pin = load_pin(project.pin_file)
+    series = load_series(project.patches_dir)
+    old = upstream.fetch(project.cache_dir, old_pin)
+    new = upstream.fetch(project.cache_dir, new_pin)
+    root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
+    try:
+        sc = _Scratch(root, [old.repo / "objects", new.repo / "objects"])
+        mails = [p.path for p in series.patches]
+        names = [p.name for p in series.patches]
+        # the series on its own base first: every patch must apply there, and applying writes the
+        # intermediate blobs that the 3-way merges on the new base need (the patches name them)
+        tree = old.tree
+        for name, mail in zip(names, mails, strict=True):
+            ok, tree = sc.apply(tree, mail)
+            if not ok:
+                raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
+                                  "run `patchset apply` to see where")
+        reports: list[PatchReport] = []
+        carried = new.tree
+        without_failed = old.tree  # the old base with every patch that has not failed on the new one
+        for j, (name, mail) in enumerate(zip(names, mails, strict=True)):
+            failed = [i for i, r in enumerate(reports) if r.failed]
+            if failed and not sc.applies(without_failed, mail):
+                reports.append(PatchReport(name, DEPENDS, depends_on=_blame(sc, old.tree, mails[:j], failed, mail,
+                                                                            names)))
+                continue
+            report, carried = _try(sc, carried, name, mail)
+            reports.append(report)
+            if not report.failed:
+                without_failed = sc.stack(without_failed, [mail])
+        return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True, tuple(reports))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _try(sc: _Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, str]:
+    """One patch on the carried tree: its report and the tree to carry on with."""
+    ok, after = sc.apply(tree, mail)
+    if ok:
+        return PatchReport(name, CLEAN), after
+    if sc.applies(tree, mail, "--reverse"):
+        return PatchReport(name, UPSTREAM), tree
+    ok, after = sc.three_way(tree, mail)
+    if ok:
+        return PatchReport(name, UPSTREAM if after == tree else THREE_WAY), after
+    unmerged = sc.unmerged()
+    files, hunks = sc.failed_hunks(tree, mail)
+    return PatchReport(name, CONFLICT, tuple(dict.fromkeys(unmerged + files)), tuple(hunks)), tree
+
+
+def _blame(sc: _Scratch, base: str, before: list[Path], failed: list[int], mail: Path, names: list[str]) -> str:
+    """The first failed patch f such that the patch applies on the old base with every earlier
+    patch except the failed ones after f (see the module docstring)."""
+    for k, f in enumerate(failed):
+        left_out = set(failed[k + 1:])
+        tree = sc.stack(base, [m for i, m in enumerate(before) if i not in left_out])
+        if sc.applies(tree, mail):
+            return names[f]
+    return names[failed[-1]]

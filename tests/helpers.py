@@ -287,15 +287,18 @@ def _info(name: str, **kw: object) -> tarfile.TarInfo:
 
 
 def make_sdist(path: Path, files: dict[str, str], *, top: str = "pkg-1.0", subdir: str = "vendor/up",
-               extra: list[tarfile.TarInfo] | None = None) -> Path:
+               extra: list[tarfile.TarInfo] | None = None, top_files: dict[str, str] | None = None) -> Path:
     """A .tar.gz shaped like the llama-cpp-python sdist: `top/subdir/` holds the upstream files,
-    beside it package files, and in it a `.git` link FILE (a submodule) that must be left out."""
+    beside it package files (`top_files`, relative to `top`), and in it a `.git` link FILE (a
+    submodule) that must be left out."""
     path.parent.mkdir(parents=True, exist_ok=True)
     members: dict[str, bytes] = {
         f"{top}/PKG-INFO": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
         f"{top}/setup.py": b"# not upstream\n",
         f"{top}/{subdir}/.git": b"gitdir: ../../.git/modules/vendor/up\n",
     }
+    for rel, content in (top_files or {}).items():
+        members[f"{top}/{rel}"] = content.encode()
     for rel, content in files.items():
         members[f"{top}/{subdir}/{rel}"] = content.encode()
     with tarfile.open(path, "w:gz") as tf:

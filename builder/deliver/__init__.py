@@ -1,0 +1,1 @@
+"""Delivering the patched tree: release wheels (and exports upstream)."""

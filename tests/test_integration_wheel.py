@@ -79,8 +79,10 @@ def venv(built: WheelResult, project: Project, tmp_path_factory: pytest.TempPath
     pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, *DEPENDENCIES], check=True)
     subprocess.run([*pip, "--no-index", str(built.wheel)], check=True)
-    # gguf-py of the pinned tree, as vendored in the wheel's source
-    subprocess.run([*pip, str(built.prepared.source_dir / "vendor" / "llama.cpp" / "gguf-py")], check=True)
+    # gguf-py of the pinned tree, as vendored in the wheel's source (a copy: pip may build in place)
+    gguf_py = env_dir.parent / "gguf-py"
+    shutil.copytree(built.prepared.source_dir / "vendor" / "llama.cpp" / "gguf-py", gguf_py)
+    subprocess.run([*pip, str(gguf_py)], check=True)
     return py
 
 

@@ -277,8 +277,10 @@ def _cmake_args(pin: Pin, prov_label: str, options: WheelOptions, src: Path, cca
     tools.append("-DGGML_CCACHE=OFF")
     if sys.platform != "win32":
         # __FILE__ in GGML_ASSERT & co. would embed where the project happens to be checked out
+        # (given on the command line, CMAKE_<LANG>_FLAGS no longer come from CFLAGS: keep those)
         prefix_map = f"-ffile-prefix-map={src}=/llama-cpp-python"
-        tools += [f"-DCMAKE_C_FLAGS={prefix_map}", f"-DCMAKE_CXX_FLAGS={prefix_map}"]
+        for lang, env_var in (("C", "CFLAGS"), ("CXX", "CXXFLAGS")):
+            tools.append(f"-DCMAKE_{lang}_FLAGS={prefix_map} {os.environ.get(env_var, '')}".rstrip())
     # user args last: a later -D wins in CMake
     return tuple(recorded), tuple(tools)
 

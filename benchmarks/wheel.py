@@ -37,9 +37,9 @@ from builder.upstream.pin import SdistSource, load_pin
 
 
 def change_one_patch(project_root: Path, work: Path, file: str) -> str:
-    """Edit `file` in the commit of the patch that changes it, replay the later patches, refresh."""
+    """Edit `file` in the commit of the last patch that changes it, replay the later patches, refresh."""
     series = load_series(project_root / "patches")
-    index = next(i for i, p in enumerate(series.patches) if file in p.files)
+    index = max(i for i, p in enumerate(series.patches) if file in p.files)
     patch = series.patches[index]
     git = WorkRepo(work).git
     later = git.commits(f"patched~{len(series.patches) - index - 1}..patched")
@@ -49,7 +49,7 @@ def change_one_patch(project_root: Path, work: Path, file: str) -> str:
     path.write_text(path.read_text() + "// benchmark: one patch changed\n")
     git.run("commit", "--quiet", "--amend", "--no-edit", "-a", env=COMMITTER)
     for c in later:
-        git.run("cherry-pick", "--quiet", c, env=COMMITTER)
+        git.run("cherry-pick", c, env=COMMITTER)
     git.run("checkout", "--quiet", "-B", "patched")
     patchset(project_root, "refresh")
     return patch.name

@@ -40,6 +40,9 @@ def _copy_project(root: Path, cache: Path, series_names: list[str] | None = None
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
     if series_names is not None:
         (root / "patches" / "series").write_text("".join(f"{n}\n" for n in series_names))
+        for left_out in (root / "patches").glob("*.patch"):
+            if left_out.name not in series_names:
+                left_out.unlink()
     return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml",
                         state_dir=state_dir or root / ".patchset", cache_dir=cache)
 

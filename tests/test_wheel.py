@@ -18,6 +18,7 @@ import pytest
 from helpers import Proj, commit, git, make_project, make_sdist, make_upstream, sha256
 from packaging.version import Version
 
+from builder.build.toolchain import find_ccache
 from builder.cli import main
 from builder.deliver.provenance import PatchRecord, local_label, patch_records, series_hash, wheel_version
 from builder.deliver.wheel import MODULE_TEMPLATE, WheelOptions, prepare, resolve_sdist, sync_tree
@@ -310,3 +311,11 @@ def test_strict_makes_drift_fail_before_anything_is_built(wproj: tuple[Proj, Pat
     assert not (p.project.state_dir / "wheel" / "cpu" / "src").exists()
     assert main(["--project", str(p.root), "wheel", "--strict"]) == 1
     assert "binding drift (--strict): llama_opt_epoch" in capsys.readouterr().err
+
+
+def test_ccache_beside_the_interpreter_is_found_without_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    beside = Path(sys.executable).parent / "ccache"
+    if not beside.exists():
+        pytest.skip("no ccache installed beside this interpreter (the project's [ccache] extra)")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert find_ccache() == str(beside)

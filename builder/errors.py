@@ -63,6 +63,12 @@ class TestRunError(PatchsetError):
     exit_code = EXIT_FAILED
 
 
+class DriftError(PatchsetError):
+    """`patchset wheel --strict`: the bindings declare a function the series changed differently."""
+
+    exit_code = EXIT_FAILED
+
+
 class ProcessError(PatchsetError):
     """A subprocess exited non-zero. Carries the command, exit code and captured output."""
 

@@ -287,10 +287,10 @@ def _info(name: str, **kw: object) -> tarfile.TarInfo:
 
 
 def make_sdist(path: Path, files: dict[str, str], *, top: str = "pkg-1.0", subdir: str = "vendor/up",
-               extra: list[tarfile.TarInfo] | None = None, package_files: dict[str, bytes] | None = None) -> Path:
+               extra: list[tarfile.TarInfo] | None = None, package_files: dict[str, str | bytes] | None = None) -> Path:
     """A .tar.gz shaped like the llama-cpp-python sdist: `top/subdir/` holds the upstream files,
-    beside it package files (`package_files`, e.g. the package's `.git/`), and in it a `.git`
-    link FILE (a submodule) that must be left out."""
+    beside it package files (`package_files`, relative to `top`: e.g. the package's `.git/` or its
+    `pyproject.toml`), and in it a `.git` link FILE (a submodule) that must be left out."""
     path.parent.mkdir(parents=True, exist_ok=True)
     members: dict[str, bytes] = {
         f"{top}/PKG-INFO": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
@@ -298,7 +298,7 @@ def make_sdist(path: Path, files: dict[str, str], *, top: str = "pkg-1.0", subdi
         f"{top}/{subdir}/.git": b"gitdir: ../../.git/modules/vendor/up\n",
     }
     for rel, data in (package_files or {}).items():
-        members[f"{top}/{rel}"] = data
+        members[f"{top}/{rel}"] = data.encode() if isinstance(data, str) else data
     for rel, content in files.items():
         members[f"{top}/{subdir}/{rel}"] = content.encode()
     with tarfile.open(path, "w:gz") as tf:

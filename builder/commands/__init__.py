@@ -14,9 +14,10 @@ from builder.commands import (
     status_cmd,
     test_cmd,
     verify_cmd,
+    wheel_cmd,
 )
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd, pin_cmd, export_cmd,
+    all_cmd, pin_cmd, export_cmd, wheel_cmd,
 ]

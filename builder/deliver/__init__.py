@@ -1,1 +1,1 @@
-"""Delivering the series: export to upstream."""
+"""Delivering the series: pull-request packages for upstream (export) and release wheels (wheel)."""

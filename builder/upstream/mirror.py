@@ -163,14 +163,16 @@ def _escapes(path: PurePosixPath) -> bool:
 
 
 def extract_subdir(
-    archive: Path, subdir: str, dest: Path, progress: ProgressSink | None = None
+    archive: Path, subdir: str, dest: Path, progress: ProgressSink | None = None, *, exclude: tuple[str, ...] = ()
 ) -> int:
     """Extract `subdir` of the archive's top folder into `dest`; returns the number of files.
 
     Every member of the whole archive is checked first, so a hostile archive is refused outright
     rather than partly extracted. `.git` entries (the sdist carries a submodule link file) are
-    left out: they are not part of the upstream tree.
+    left out: they are not part of the upstream tree. So is everything under the `exclude` paths
+    (relative to `subdir`; `subdir` "." is the whole top folder).
     """
+    excluded = tuple(PurePosixPath(e) for e in exclude)
     progress = progress or NullProgress()
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
@@ -189,6 +191,8 @@ def extract_subdir(
             except ValueError:
                 continue
             if rel == PurePosixPath(".") or ".git" in rel.parts:
+                continue
+            if any(rel == e or e in rel.parents for e in excluded):
                 continue
             m = member.replace(name=str(rel), deep=False)
             if m.issym() and (PurePosixPath(m.linkname).is_absolute() or _escapes(rel.parent / m.linkname)):

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.console import CliProgress, console, err_console
+from builder.deliver.wheel import BACKENDS, WheelOptions, build_wheel
+from builder.project import Project
+
+NAME = "wheel"
+HELP = "build llama-cpp-python on the committed patched tree, with its provenance inside"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu, cuda or metal (CMAKE_ARGS -DGGML_<X>=ON)")
+    p.add_argument("--out", type=Path, help="output folder for the wheel and its provenance (default: dist/)")
+    p.add_argument("--sdist", metavar="FILE|REQUIREMENT",
+                   help="bindings sdist to build instead of the pin's sdist source (needs --sdist-sha256)")
+    p.add_argument("--sdist-sha256", metavar="HEX", help="the sha256 the --sdist archive must have")
+    p.add_argument("--strict", action="store_true", help="binding drift fails the build (default: a warning)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--no-mtmd", action="store_true",
+                   help="leave out the multimodal library (LLAVA_BUILD=OFF): faster, for tests")
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --backend cuda (default: ggml's list)")
+    p.add_argument("--cmake-arg", action="append", default=[], metavar="-DNAME=VALUE",
+                   help="one more CMake option for the tree (repeatable); recorded in the provenance")
+    p.add_argument("--no-ccache", action="store_true", help="do not use ccache even when it is installed")
+
+
+def run(args: argparse.Namespace, project: Project) -> int:
+    options = WheelOptions(
+        backend=args.backend, out_dir=args.out.resolve() if args.out else None, sdist=args.sdist,
+        sdist_sha256=args.sdist_sha256, strict=args.strict, jobs=args.jobs, no_mtmd=args.no_mtmd,
+        cuda_arch=args.cuda_arch, cmake_args=tuple(args.cmake_arg), use_ccache=not args.no_ccache,
+    )
+    r = build_wheel(project, options, CliProgress())
+    p = r.prepared
+    for d in p.drift:
+        err_console.print(f"warning: binding drift: {d.function}: {d.problem}", highlight=False, markup=False)
+        err_console.print(f"  header:   {d.header}", highlight=False, markup=False)
+        err_console.print(f"  bindings: {d.bindings or '-'}", highlight=False, markup=False)
+    up = p.provenance["upstream"]
+    console.print(f"wheel: {r.wheel}", highlight=False)
+    console.print(f"  version {p.version}: {up['name']} {up['tag']} {up['commit'][:12]} + "
+                  f"{p.provenance['series']['count']} patch(es), backend {p.provenance['backend']}", highlight=False)
+    cc = "ccache: not used"
+    if r.ccache is not None:
+        cc = f"ccache: {r.ccache.hits} hit(s) / {r.ccache.misses} miss(es)"
+    console.print(f"  {r.duration_s:.1f}s; {p.written} staged file(s) changed, {r.compiled} compile(s); {cc}",
+                  highlight=False)
+    console.print(f"  provenance: {r.provenance_file}", highlight=False)
+    return 0

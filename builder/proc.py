@@ -65,16 +65,15 @@ _GIT_KEEP = {
     "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_SSH_COMMAND", "GIT_TERMINAL_PROMPT",
 }
 
-_spawned = 0
+_spawned = [0]
 _spawn_lock = threading.Lock()
 
 
 def _before_spawn(argv: tuple[str, ...]) -> None:
     """Count the subprocess and apply the fault-injection hooks (see the module docstring)."""
-    global _spawned
     with _spawn_lock:
-        _spawned += 1
-        n = _spawned
+        _spawned[0] += 1
+        n = _spawned[0]
     if trace := os.environ.get("PATCHSET_FAULT_TRACE"):
         with open(trace, "a", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()} {n} {' '.join(argv[:6])}\n")

@@ -1,4 +1,5 @@
-"""One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> exit code."""
+"""One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> Outcome
+(the CLI turns it into the exit code)."""
 
 from builder.commands import (
     all_cmd,
@@ -6,6 +7,7 @@ from builder.commands import (
     build_cmd,
     check_cmd,
     fetch_cmd,
+    gc_cmd,
     rebase_cmd,
     refresh_cmd,
     slice_cmd,
@@ -16,5 +18,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd,
+    all_cmd, gc_cmd,
 ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import CliProgress, console
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.apply import fetch
 
@@ -14,8 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pass
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     f = fetch(project, CliProgress())
     how = "already in the cache" if f.cached else f"fetched from {f.source}"
     console.print(f"upstream tree {f.tree} verified ({how}); commit {f.commit[:12]} in {f.repo}")
-    return 0
+    return Outcome.OK

@@ -4,7 +4,7 @@ import argparse
 
 from builder.commands.apply_cmd import print_outcomes
 from builder.console import console
-from builder.errors import InputError
+from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.rebase import abort_rebase, continue_rebase, rebase
 
@@ -19,11 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--abort", action="store_true", help="give up and restore the state before")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
-        return 0
+        return Outcome.OK
     if args.cont:
         result = continue_rebase(project)
     elif args.onto:
@@ -35,4 +35,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
                   f"pin {project.pin_file.name} and patches/ updated")
     if result.dropped:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
-    return 0
+    return Outcome.OK

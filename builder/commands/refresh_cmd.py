@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.refresh import refresh
 
@@ -11,11 +12,15 @@ HELP = "write patches/ back from the 'patched' branch (byte-stable)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("--force", action="store_true",
+                   help="overwrite files of patches/ edited by hand since the last apply or refresh "
+                        "(a copy is kept under .patchset/backup/)")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
-    result = refresh(project)
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    result = refresh(project, force=args.force)
+    if result.backup:
+        console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
     for c in changed:
         console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
@@ -23,4 +28,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")
     for w in result.warnings:
         console.print(f"warning: {w}")
-    return 0
+    return Outcome.OK

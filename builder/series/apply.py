@@ -24,7 +24,6 @@ from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched
 from builder.upstream.pin import Pin, load_pin
 
-
 PURPOSE = "apply"
 
 

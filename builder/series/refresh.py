@@ -138,7 +138,8 @@ def hand_edits(patches_dir: Path, mails: list[tuple[str, bytes]], state: State, 
         # no record of the files as they were (an older state, or a rebase since): every file
         # that would change may hold an edit
         return at_risk
-    return [n for n in at_risk if state.patch_digests.get(n) != hashlib.sha256((patches_dir / n).read_bytes()).hexdigest()]
+    return [n for n in at_risk
+            if state.patch_digests.get(n) != hashlib.sha256((patches_dir / n).read_bytes()).hexdigest()]
 
 
 def _save_edits(project: Project, names: list[str]) -> Path:

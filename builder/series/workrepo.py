@@ -25,12 +25,11 @@ import time
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
-from builder.errors import ConflictError, StateError, WorkTreeError
+from builder.errors import ConflictError, SourceError, StateError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
-from builder.series.model import Series
-from builder.errors import SourceError
 from builder.project import Project
+from builder.series.model import Series
 from builder.upstream.fetch import Fetched, fetch
 from builder.upstream.pin import Pin, load_pin
 
@@ -279,6 +278,21 @@ class WorkRepo:
                 broken.append(ref)
         return broken
 
+    def worktree_tree(self) -> str:
+        """The tree id of the work tree as it is on disk: HEAD plus uncommitted and untracked edits.
+
+        Computed in a copy of the index (its stat data keeps this fast), so the real index is
+        left alone.
+        """
+        with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
+            index = Path(tmp) / "index"
+            real = self.path / ".git" / "index"
+            if real.exists():
+                shutil.copyfile(real, index)
+            env = {"GIT_INDEX_FILE": str(index)}
+            self.git.run("add", "--all", "--", ".", env=env)
+            return self.git.out("write-tree", env=env)
+
     def head(self, branch: str = PATCHED) -> str | None:
         return self.git.rev(f"refs/heads/{branch}")
 
@@ -479,7 +493,8 @@ def ensure_no_op(work: WorkRepo) -> None:
     """
     state = work.load_state()
     if state.op is not None and not state.op.stopped:
-        log.warning("an earlier %s in %s was interrupted; rolling it back to where it started", state.op.kind, work.path)
+        log.warning("an earlier %s in %s was interrupted; rolling it back to where it started",
+                    state.op.kind, work.path)
         work.abort_op()
         return
     if state.op is not None:

@@ -522,7 +522,8 @@ def ensure_objects(project: Project, work: WorkRepo) -> None:
     except SourceError as e:
         raise WorkTreeError(
             f"{work.path}: its objects were borrowed from {gone}, which is gone, and the pin could not be fetched "
-            f"again ({str(e).splitlines()[0]}); restore that folder or set PATCHSET_CACHE to a cache holding "
+            f"again ({'; '.join(line.strip() for line in str(e).splitlines())}); restore that folder or "
+            "set PATCHSET_CACHE to a cache holding "
             "the pin, then run `patchset fetch`") from e
     work.attach_upstream(fetched, pin)
     broken = work.broken_refs()

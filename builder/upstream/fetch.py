@@ -166,8 +166,9 @@ def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:
     except ProcessTimeout as e:
         raise SourceError(f"git fetch timed out after {e.timeout_s:g}s") from e
     except ProcessError as e:
-        last = e.stderr.strip().splitlines()[-1:] or [str(e)]
-        raise SourceError(f"git fetch failed: {last[0]}") from e
+        # git's first line names the cause; the last is often "and the repository exists."
+        first = e.stderr.strip().splitlines()[:1] or [str(e)]
+        raise SourceError(f"git fetch failed: {first[0]}") from e
     commit = q.out("rev-parse", "FETCH_HEAD")
     if commit != pin.commit:
         raise SourceError(f"asked for commit {pin.commit}, the remote sent {commit}")

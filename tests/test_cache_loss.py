@@ -23,6 +23,11 @@ def test_deleted_cache_is_fetched_again_and_reattached(proj: Proj, capsys: pytes
     before = proj.snapshot()
     shutil.rmtree(proj.project.cache_dir)
 
+    # status reads nothing it cannot, and says what is missing and what restores it
+    assert main(["--project", str(proj.root), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "is gone" in out and "patchset apply" in out
+
     # refresh needs the upstream objects for its diffs: the pin is fetched again first
     assert main(["--project", str(proj.root), "refresh"]) == 0
     captured = capsys.readouterr()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Upstream, git, pin_toml, run_patchset
+from helpers import Proj, Upstream, git, pin_toml, run_patchset
 
 from builder import proc
 from builder.errors import ProcessError, ProcessTimeout
@@ -135,3 +135,11 @@ def test_a_git_timeout_is_a_one_line_error_with_an_exit_code(tmp_path: Path, up:
     assert "timed out after 2s" in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1
+
+
+def test_any_git_command_past_its_limit_is_a_one_line_error(proj: Proj) -> None:
+    r = run_patchset("--project", str(proj.root), "apply", env={"PATCHSET_GIT_TIMEOUT": "0.001"}, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "timed out after 0.001s" in errors[0] and "git" in errors[0]

@@ -55,7 +55,10 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
     """Make `patched` = pin + series. Does nothing when nothing changed; never loses work."""
     with project_lock(project.lock_file, purpose=PURPOSE):
         pin, series, fetched, work = prepare(project, progress)
-        ensure_no_op(work)
+        if work.load_state().op is not None:
+            ensure_no_op(work)
+            # an interrupted operation rolled back: `upstream` may still be where it left it
+            work.attach_upstream(fetched, pin)
         state = work.load_state()
         fp = fingerprint(pin, fetched.tree, series)
         head = work.head()

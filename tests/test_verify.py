@@ -222,6 +222,6 @@ def test_user_work_untouched(verified) -> None:
     project, _, before = verified
     after = user_work(project)
     assert after["branches"] and "refs/heads/patched" in after["branches"]
-    assert " M README" in after["status"] and "?? notes.txt" in after["status"]
+    assert "M README" in after["status"] and "?? notes.txt" in after["status"]
     # verify never moves the user's branches, HEAD or work tree, nor touches patches/ or the pin
     assert after == before

@@ -13,7 +13,7 @@ from rich.markup import escape
 from builder import __version__
 from builder.commands import COMMANDS
 from builder.console import err_console, setup_logging
-from builder.errors import PatchsetError
+from builder.errors import EXIT_INTERNAL, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     try:
         project = load_project(root=args.project, pin_file=args.pin)
-        return int(args.handler(args, project))
+        return exit_code(args.handler(args, project))
     except PatchsetError as e:
         if args.debug:
             err_console.print_exception()
@@ -55,6 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except Exception as e:
+        # a bug: still one line (and the traceback with --debug), never a raw traceback
+        if args.debug:
+            err_console.print_exception()
+        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
+                          "(a bug in patchset; run with --debug for the traceback)", highlight=False, soft_wrap=True)
+        return EXIT_INTERNAL
+
+
+def exit_code(result: Outcome) -> int:
+    """The exit code of a command's outcome: the one place that decides it."""
+    return result.value
 
 
 def entry() -> None:

@@ -6,6 +6,7 @@ never exits or prints verdicts.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 EXIT_OK = 0
@@ -13,6 +14,25 @@ EXIT_FAILED = 1  # a check, test or proof failed
 EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
 EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
+EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
+
+
+class Outcome(enum.Enum):
+    """What a command's result amounts to; the CLI turns it into the exit code, nowhere else."""
+
+    OK = EXIT_OK
+    FAILED = EXIT_FAILED
+    """A check, test or build failed, or verify saw a patch regress."""
+    NOT_PROVEN = EXIT_NOT_PROVEN
+    """verify: nothing regressed, but a patch is not proven."""
+    CONFLICT = EXIT_CONFLICT
+    """rebase --dry-run: some patch would not apply on the new base (nothing was changed)."""
+
+    @classmethod
+    def worst(cls, *outcomes: Outcome) -> Outcome:
+        """FAILED over NOT_PROVEN over OK (what `all` reports for its steps together)."""
+        order = (cls.FAILED, cls.CONFLICT, cls.NOT_PROVEN, cls.OK)
+        return next((o for o in order if o in outcomes), cls.OK)
 
 
 class PatchsetError(Exception):
@@ -69,6 +89,16 @@ class DriftError(PatchsetError):
     exit_code = EXIT_FAILED
 
 
+class StateError(PatchsetError):
+    """A file patchset wrote itself (state, build record) is unreadable: damaged or from another version."""
+
+    exit_code = EXIT_FAILED
+
+
+class LockError(PatchsetError):
+    """Another patchset process holds the project (or cache) lock past the time we wait for it."""
+
+
 class ProcessError(PatchsetError):
     """A subprocess exited non-zero. Carries the command, exit code and captured output."""
 
@@ -81,3 +111,14 @@ class ProcessError(PatchsetError):
         self.stderr = stderr
         tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
         super().__init__(f"command failed with exit code {returncode}: {' '.join(self.cmd)}: {tail[0]}")
+
+
+class ProcessTimeout(ProcessError):
+    """A subprocess ran past its time limit and was killed with its process group."""
+
+    def __init__(self, cmd: Sequence[str], timeout_s: float, stdout: str = "", stderr: str = "") -> None:
+        self.timeout_s = timeout_s
+        super().__init__(cmd, -9, stdout, stderr)
+        last = (stderr or stdout).strip().splitlines()[-1:]
+        Exception.__init__(self, f"command timed out after {timeout_s:g}s and was killed: {' '.join(self.cmd)}"
+                           + (f": {last[0]}" if last else ""))

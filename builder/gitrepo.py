@@ -1,26 +1,20 @@
-"""Git, driven as git itself through GitPython's command runner.
+"""Git, driven as git itself through the one subprocess runner (`builder.proc`).
 
 Patch application, merges and mails are git's own (`am --3way`, `apply`, `format-patch`); we
-never re-implement them. Every command is an argument list with `-C <repo>`, logged as `RUN:`,
-with the locale fixed to C (GitPython does that, so the messages we read are git's English
-ones), and without the user's signing or hook configuration getting in the way of commits we
-create on their behalf. Failures become one ProcessError carrying command, exit code and output.
+never re-implement them. Every command is an argument list with `-C <repo>`, logged as `RUN:`
+with its time, under a time limit, with the locale fixed to C (the few messages we show are
+git's English ones), and without the user's signing or hook configuration getting in the way of
+commits we create on their behalf. Failures become one ProcessError carrying command, exit code
+and output; a command past its limit is killed and becomes a ProcessTimeout.
 """
 
 from __future__ import annotations
 
-import logging
-import tempfile
-import time
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import git as gitpython
-
 from builder import proc
-from builder.errors import ProcessError
-
-log = logging.getLogger("patchset")
 
 # commits patchset creates must not prompt for a signing key or run the user's hooks; checkouts
 # of the 3,665-file tree write files in parallel (about half the time of one worker, measured)
@@ -34,13 +28,26 @@ COMMITTER = {"GIT_COMMITTER_NAME": "patchset", "GIT_COMMITTER_EMAIL": "patchset@
 # signatures, abbreviations all change format-patch and diff output)
 ISOLATED = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
 
+_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def git_timeout() -> float:
+    """The limit of one git command, in seconds: `$PATCHSET_GIT_TIMEOUT`, else 30 minutes.
+
+    Nothing local takes that long on the llama.cpp tree (a checkout is seconds); a git that
+    waits on a dead network or a stuck filesystem is killed and reported instead of hanging.
+    """
+    try:
+        return float(os.environ.get("PATCHSET_GIT_TIMEOUT", "1800"))
+    except ValueError:
+        return 1800.0
+
 
 class GitRepo:
     """A repository on disk (bare or not)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._git = gitpython.Git()
 
     def run(
         self,
@@ -51,24 +58,8 @@ class GitRepo:
         timeout: float | None = None,
     ) -> proc.Completed:
         argv = ["git", "-C", str(self.path), *_SAFE_CONFIG, *args]
-        log.debug("RUN: %s", " ".join(argv))
-        start = time.monotonic()
-        with tempfile.TemporaryFile() as stdin:
-            if input_text is not None:
-                stdin.write(input_text.encode("utf-8"))
-                stdin.seek(0)
-            try:
-                status, out, err = self._git.execute(
-                    argv, istream=stdin if input_text is not None else None, with_extended_output=True,
-                    with_exceptions=False, env=proc.clean_env(env), kill_after_timeout=timeout,
-                    strip_newline_in_stdout=False,
-                )
-            except gitpython.GitCommandNotFound as e:
-                raise ProcessError(argv, 127, "", "git: not found") from e
-        done = proc.Completed(tuple(argv), int(status or 0), str(out), str(err), time.monotonic() - start)
-        if check and done.returncode != 0:
-            raise ProcessError(argv, done.returncode, done.stdout, done.stderr)
-        return done
+        limit = git_timeout() if timeout is None else timeout
+        return proc.run(argv, env={**_LOCALE, **(env or {})}, check=check, timeout=limit, input_text=input_text)
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         """Stdout of a git query, stripped."""

@@ -12,11 +12,13 @@ from pathlib import Path
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.errors import InputError, TestRunError
+from builder.gitrepo import GitRepo
+from builder.locking import project_lock
 from builder.progress import ProgressSink
 from builder.project import Project
 from builder.series.apply import ApplyResult, apply
 from builder.series.model import Series, load_series
-from builder.series.workrepo import PATCHED, WorkRepo, fingerprint
+from builder.series.workrepo import PATCHED, WorkRepo, ensure_objects, fingerprint
 from builder.upstream.pin import load_pin
 
 
@@ -51,6 +53,7 @@ def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tu
     they are; apply would refuse to touch them anyway.
     """
     work = WorkRepo(project.work_repo)
+    ensure_objects(project, work)
     if work.exists() and work.head() and work.git.current_branch() == PATCHED:
         state = work.load_state()
         pin = load_pin(project.pin_file)
@@ -63,19 +66,44 @@ def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tu
 def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", jobs: int | None = None,
               build_type: str = "Release", cuda_arch: str | None = None,
               progress: ProgressSink | None = None) -> buildmod.BuildResult:
-    work, _ = ensure_patched(project, progress)
-    if backend == "metal" and sys.platform != "darwin":
-        return buildmod.metal_compile_check(work.path, build_dir(project, "metal", "check") / "check.log")
-    series = load_series(project.patches_dir)
-    spec = buildmod.BuildSpec(
-        source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
-        programs=programs_for(work.path, series), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
-    )
-    return buildmod.build(spec, progress)
+    with project_lock(project.lock_file, purpose="build"):
+        work, _ = ensure_patched(project, progress)
+        if backend == "metal" and sys.platform != "darwin":
+            return buildmod.metal_compile_check(work.path, build_dir(project, "metal", "check") / "check.log")
+        series = load_series(project.patches_dir)
+        spec = buildmod.BuildSpec(
+            source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
+            programs=programs_for(work.path, series), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
+            source_commit=work.git.out("rev-parse", "HEAD"), source_tree=work.worktree_tree(),
+        )
+        return buildmod.build(spec, progress)
+
+
+def check_build_is_current(project: Project, bdir: Path) -> buildmod.BuiltFrom:
+    """The build in `bdir`, refused when it was made from another tree than the work tree holds now."""
+    built = buildmod.built_from(bdir)
+    work = WorkRepo(project.work_repo)
+    if built is None or not built.tree:
+        raise TestRunError(f"{bdir}: no record of which tree this build was made from; run `patchset build` first")
+    if not work.exists():
+        raise TestRunError(f"{project.work_repo}: no work repository; run `patchset apply` and `patchset build`")
+    now = work.worktree_tree()
+    if now != built.tree:
+        raise TestRunError(
+            f"{bdir}: built from tree {built.tree[:12]} (commit {built.commit[:12]}), but the work tree now holds "
+            f"tree {now[:12]}; run `patchset build` first (its results would describe another tree)")
+    return built
 
 
 def run_tests(project: Project, backend: str = "cpu", targets: str = "minimal", mode: str | None = None,
-              ops: list[str] | None = None, all_ops: bool = False) -> testrun.TestReport:
+              ops: list[str] | None = None, all_ops: bool = False, *,
+              timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> testrun.TestReport:
+    with project_lock(project.lock_file, purpose="test"):
+        return _run_tests(project, backend, targets, mode, ops, all_ops, timeout)
+
+
+def _run_tests(project: Project, backend: str, targets: str, mode: str | None, ops: list[str] | None,
+               all_ops: bool, timeout: float | None) -> testrun.TestReport:
     prof = buildmod.profile(backend)
     if sys.platform not in prof.platforms:
         raise InputError(f"{backend} tests cannot run on {sys.platform}: not run here")
@@ -92,11 +120,13 @@ def run_tests(project: Project, backend: str = "cpu", targets: str = "minimal", 
     bin_dir = bdir / "bin"
     if not (bin_dir / "test-backend-ops").exists():
         raise TestRunError(f"{bin_dir}: no test programs; run `patchset build --backend {backend}` first")
+    built = check_build_is_current(project, bdir)
     extra = [(prog, args) for prog, args in declared if prog not in ("test-opt", "test-backend-ops")
              and (bin_dir / prog).exists()]
     invs = testrun.plan(prof.device, backend, mode, chosen, extra)
     log_dir = project.state_dir / "test" / f"{backend}-{targets}-{mode}"
-    return testrun.run_plan(bin_dir, invs, log_dir, backend, mode, chosen)
+    return testrun.run_plan(bin_dir, invs, log_dir, backend, mode, chosen, timeout=timeout,
+                            source_commit=built.commit, source_tree=built.tree)
 
 
 @dataclass(frozen=True)
@@ -110,18 +140,43 @@ class SliceResult:
 def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) -> SliceResult:
     """A tarball of the tree's ggml/ and test sources with our minimal CMake project on top,
     to build on another machine (a CUDA host, a Mac) with plain cmake."""
-    work, _ = ensure_patched(project)
-    git = work.git
-    commit = git.out("rev-parse", ref)
-    series = load_series(project.patches_dir)
-    progs = programs_for(work.path, series)
-    paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs]
-    # absolute: git runs in the work repository, where a relative path means something else
-    out = (out or project.state_dir / f"slice-{commit[:12]}.tar.gz").resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plain = out.with_suffix(out.suffix + ".tar.tmp")
-    git.run("archive", "--format=tar", "-o", str(plain), commit, "--", *paths)
-    tmp = out.with_suffix(out.suffix + ".tmp")
+    with project_lock(project.lock_file, purpose="slice"):
+        work, _ = ensure_patched(project)
+        git = work.git
+        commit = git.rev(f"{ref}^{{commit}}")
+        if commit is None:
+            raise InputError(f"--ref {ref}: names no commit in {work.path}")
+        series = load_series(project.patches_dir)
+        # the programs of the tree being sliced, not of the checked-out one: `--ref upstream`
+        # has none of the series' own test programs
+        progs = tuple(p for p in programs_for_commit(git, commit, series))
+        paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs]
+        # absolute: git runs in the work repository, where a relative path means something else
+        out = (out or project.state_dir / f"slice-{commit[:12]}.tar.gz").resolve()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plain = out.with_suffix(out.suffix + ".tar.tmp")
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        try:
+            git.run("archive", "--format=tar", "-o", str(plain), commit, "--", *paths)
+            count = _write_slice(plain, tmp, commit, progs)
+            tmp.replace(out)
+        finally:
+            plain.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+        return SliceResult(out, count, out.stat().st_size, commit)
+
+
+def programs_for_commit(git: GitRepo, commit: str, series: Series) -> tuple[str, ...]:
+    """The default test programs plus every program the series declares that `commit` has."""
+    names = list(buildmod.DEFAULT_PROGRAMS)
+    for p in series.patches:
+        for t in p.meta.tests:
+            if t.program not in names and git.blob(commit, f"tests/{t.program}.cpp"):
+                names.append(t.program)
+    return tuple(names)
+
+
+def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...]) -> int:
     count = 0
     with tarfile.open(plain) as src, tarfile.open(tmp, "w:gz") as dst:
         for m in src.getmembers():
@@ -138,6 +193,4 @@ def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) ->
         info.size, info.mtime, info.mode = len(readme), int(time.time()), 0o644
         dst.addfile(info, io.BytesIO(readme))
         count += 2
-    tmp.replace(out)
-    plain.unlink()
-    return SliceResult(out, count, out.stat().st_size, commit)
+    return count

@@ -1,21 +1,37 @@
-"""The one subprocess runner: captured for short queries, streamed for long builds and tests.
+"""The one subprocess runner: captured for short queries (git included), streamed for long builds
+and tests.
 
-Commands are argument lists, never shell strings. Every run is logged as `RUN: ...` at debug level.
+Commands are argument lists, never shell strings. Every run is logged as `RUN: ...` at debug
+level with its time and exit code. Every run can carry a time limit that holds whatever the
+program does with its output: the program is started in a process group of its own and the
+whole group is killed at the limit (a test program's children included), and the reading of
+its output never waits past the limit.
+
+Fault injection (for the test suite, off unless set): `PATCHSET_FAULT_KILL_AT=N` kills this
+process with SIGKILL just before it would start its Nth subprocess; `PATCHSET_FAULT_PAUSE_AT=N`
+with `PATCHSET_FAULT_PAUSE_FILE=F` creates F there and waits until F is removed;
+`PATCHSET_FAULT_TRACE=F` appends one line per subprocess to F (how many points there are).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import ProcessError
+from builder.errors import ProcessError, ProcessTimeout
 
 log = logging.getLogger("patchset")
+
+DEFAULT_TIMEOUT_S = 3600.0
+"""The limit of a captured command that names none: nothing patchset runs may hang forever."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +43,8 @@ class Completed:
     stdout: str
     stderr: str
     duration_s: float
+    timed_out: bool = False
+    """True when the process was killed at its time limit (streamed runs; captured runs raise)."""
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -47,6 +65,53 @@ _GIT_KEEP = {
     "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_SSH_COMMAND", "GIT_TERMINAL_PROMPT",
 }
 
+_spawned = [0]
+_spawn_lock = threading.Lock()
+
+
+def _before_spawn(argv: tuple[str, ...]) -> None:
+    """Count the subprocess and apply the fault-injection hooks (see the module docstring)."""
+    with _spawn_lock:
+        _spawned[0] += 1
+        n = _spawned[0]
+    if trace := os.environ.get("PATCHSET_FAULT_TRACE"):
+        with open(trace, "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {n} {' '.join(argv[:6])}\n")
+    if os.environ.get("PATCHSET_FAULT_KILL_AT") == str(n):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("PATCHSET_FAULT_PAUSE_AT") == str(n):
+        flag = Path(os.environ["PATCHSET_FAULT_PAUSE_FILE"])
+        flag.write_text(f"{os.getpid()}\n")
+        give_up = time.monotonic() + 300
+        while flag.exists() and time.monotonic() < give_up:
+            time.sleep(0.02)
+
+
+def _popen(argv: tuple[str, ...], cwd: Path | None, env: Mapping[str, str] | None, **kw: object) -> subprocess.Popen:
+    _before_spawn(argv)
+    try:
+        # a session of its own: at the limit the whole group goes, children of the program too
+        return subprocess.Popen(argv, cwd=cwd, env=clean_env(env), text=True, errors="replace",
+                                start_new_session=os.name == "posix", **kw)  # type: ignore[call-overload]
+    except FileNotFoundError as e:
+        raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
+    except PermissionError as e:
+        raise ProcessError(argv, 126, "", f"{argv[0]}: not executable") from e
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        if os.name == "posix":
+            os.killpg(p.pid, signal.SIGKILL)
+        else:
+            p.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _logged(argv: tuple[str, ...], start: float, rc: int | str) -> None:
+    log.debug("RUN: %s (%.2fs, exit %s)", " ".join(argv), time.monotonic() - start, rc)
+
 
 def run(
     cmd: Sequence[str | os.PathLike[str]],
@@ -57,20 +122,35 @@ def run(
     timeout: float | None = None,
     input_text: str | None = None,
 ) -> Completed:
-    """Run a short command with its output captured. Raises ProcessError when `check` and it fails."""
+    """Run a short command with its output captured.
+
+    Raises ProcessError when `check` and it fails, and ProcessTimeout (always) when it runs past
+    `timeout` seconds (default DEFAULT_TIMEOUT_S).
+    """
     argv = tuple(str(c) for c in cmd)
-    log.debug("RUN: %s", " ".join(argv))
+    limit = DEFAULT_TIMEOUT_S if timeout is None else timeout
     start = time.monotonic()
+    log.debug("RUN: %s", " ".join(argv))
+    p = _popen(argv, cwd, env, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        p = subprocess.run(
-            argv, cwd=cwd, env=clean_env(env), capture_output=True, text=True,
-            errors="replace", timeout=timeout, input=input_text, check=False,
-        )
-    except FileNotFoundError as e:
-        raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
-    done = Completed(argv, p.returncode, p.stdout, p.stderr, time.monotonic() - start)
+        out, err = p.communicate(input_text, timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(p)
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a grandchild in another session still holds the pipes
+            out, err = "", ""
+        _logged(argv, start, "timeout")
+        raise ProcessTimeout(argv, limit, out or "", err or "") from None
+    except BaseException:
+        _kill_group(p)
+        p.wait()
+        raise
+    _logged(argv, start, p.returncode)
+    done = Completed(argv, p.returncode, out, err, time.monotonic() - start)
     if check and p.returncode != 0:
-        raise ProcessError(argv, p.returncode, p.stdout, p.stderr)
+        raise ProcessError(argv, p.returncode, out, err)
     return done
 
 
@@ -86,32 +166,74 @@ def stream(
     """Run a long command, appending its merged output to `log_file` line by line.
 
     Never raises for a non-zero exit: builds and tests are judged by their caller, which has the
-    log. Returns the whole output as `stdout` (stderr is merged into it).
+    log. Returns the whole output as `stdout` (stderr is merged into it). At `timeout` seconds
+    the process group is killed, whether or not it still prints, and the result says
+    `timed_out`; what it printed until then is kept.
     """
     argv = tuple(str(c) for c in cmd)
     log.debug("RUN: %s", " ".join(argv))
     log_file.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
     chunks: list[str] = []
-    try:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", bufsize=1,
-        )
-    except FileNotFoundError as e:
-        raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
-    with proc, log_file.open("a", encoding="utf-8") as fh:
+    p = _popen(argv, cwd, env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def reader() -> None:
+        assert p.stdout is not None
+        try:
+            for line in p.stdout:
+                lines.put(line)
+        except (OSError, ValueError):
+            pass
+        lines.put(None)
+
+    # a thread reads, this one keeps the time: a program that prints nothing, or never closes its
+    # output, cannot hold us past the limit
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    timed_out = False
+    with log_file.open("a", encoding="utf-8") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
-        assert proc.stdout is not None
-        for line in proc.stdout:
+
+        def take(line: str) -> None:
             fh.write(line)
             chunks.append(line)
             if on_line is not None:
                 on_line(line.rstrip("\n"))
+
         try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    item = lines.get(timeout=wait)
+                except queue.Empty:
+                    timed_out = True
+                    break
+                if item is None:
+                    break
+                take(item)
+            if not timed_out:
+                try:
+                    p.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+            if timed_out:
+                _kill_group(p)
+                p.wait()
+                t.join(timeout=5)
+                while not lines.empty():
+                    item = lines.get_nowait()
+                    if item is not None:
+                        take(item)
+                fh.write(f"# killed after {timeout:g}s (time limit)\n")
+        except BaseException:
+            _kill_group(p)
+            p.wait()
+            raise
+        rc = p.returncode
         fh.write(f"# exit {rc}\n")
-    return Completed(argv, rc, "".join(chunks), "", time.monotonic() - start)
+    if p.stdout is not None:
+        p.stdout.close()
+    _logged(argv, start, "timeout" if timed_out else rc)
+    return Completed(argv, rc, "".join(chunks), "", time.monotonic() - start, timed_out)

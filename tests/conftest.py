@@ -91,6 +91,22 @@ def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:
     return patchset_cache
 
 
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The same isolation for the whole session, and the same guard around it.
+
+    pytest sets up a session-scoped autouse fixture before every module- or session-scoped
+    fixture, so the fixtures that build and verify once per module run inside it (without it
+    they ran before the per-test guard: with the real HOME and git config, unseen by it).
+    """
+    before = _home_snapshot(REAL_HOME)
+    with pytest.MonkeyPatch.context() as mp:
+        cache = hermetic_env(mp, tmp_path_factory.mktemp("session-env"))
+        yield cache
+    after = _home_snapshot(REAL_HOME)
+    assert after == before, f"a fixture of the session wrote into the real home directory {REAL_HOME}"
+
+
 @pytest.fixture(autouse=True)
 def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """Isolate the test; fail it when it wrote into the real home or changed the cwd. Yields the cache dir."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +118,18 @@ STANDARD_NAMES = [
     "0001-a-widen-the-sum.patch",
     "0002-b-accept-NULL.patch",
     "0003-tests-cover-NULL-in-b_len.patch",
+]
+
+
+# a series verify can run through quickly: its trees are made, their refs and worktree written,
+# and the builds fail at once (the tiny upstream has no ggml/): "build failed" evidence in seconds
+VERIFY_PATCHES: list[tuple[dict[str, str | bytes | None], str]] = [
+    ({"src/a.c": PATCH1_A_C, "tests/test-a.cpp": "int main() { return 0; }\n"},
+     "a: widen the sum\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-a\n"
+     "Patchset-Test-Paths: tests/test-a.cpp\n"),
+    ({"src/b.c": PATCH2_B_C, "tests/test-a.cpp": "int main() { return 0; } /* NULL */\n"},
+     "b: accept NULL\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-a\n"
+     "Patchset-Test-Paths: tests/test-a.cpp\n"),
 ]
 
 
@@ -335,3 +349,32 @@ def sdist_pin_sources(archive: Path, *, bogus_git_first: bool = True, subdir: st
         srcs.append({"kind": "git", "url": (archive.parent / "no-such-repo.git").as_uri()})
     srcs.append({"kind": "sdist", "url": archive.as_uri(), "sha256": sha or sha256(archive), "subdir": subdir})
     return srcs
+
+
+# -- the command, as a separate process ----------------------------------------------------------
+def patchset_argv() -> list[str]:
+    """The installed console script when there is one, else the module."""
+    exe = shutil.which("patchset")
+    return [exe] if exe else [sys.executable, "-m", "builder.cli"]
+
+
+def run_patchset(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
+                 ) -> subprocess.CompletedProcess[str]:
+    """`patchset ARGS` in a process of its own (never in another cwd), with extra environment."""
+    return subprocess.run([*patchset_argv(), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, check=False, timeout=timeout)
+
+
+def start_patchset(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([*patchset_argv(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def fsck_clean(repo: Path) -> None:
+    """Every ref resolves and every object is there (the borrowed ones included)."""
+    r = subprocess.run(["git", "-C", str(repo), "fsck", "--no-dangling", "--no-progress"], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 0 and "missing" not in r.stdout + r.stderr, f"git fsck {repo}:\n{r.stdout}{r.stderr}"
+    for ref in git(repo, "for-each-ref", "--format=%(refname)").split():
+        git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{object}}")
+    assert not (repo / ".git" / "index.lock").exists() if (repo / ".git").is_dir() else True

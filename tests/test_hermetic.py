@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import REAL_HOME, _home_snapshot
 from helpers import git
 
@@ -35,3 +36,16 @@ def test_home_snapshot_sees_writes(tmp_path: Path) -> None:
     middle = _home_snapshot(home)
     (home / ".gitconfig").write_text("[user]\n")
     assert _home_snapshot(home) != middle
+
+
+@pytest.fixture(scope="module")
+def module_env() -> dict[str, str]:
+    """What a module-scoped fixture (like those that build and verify once per module) sees."""
+    return {k: os.environ.get(k, "") for k in ("HOME", "GIT_CONFIG_GLOBAL", "PATCHSET_CACHE", "XDG_CACHE_HOME")}
+
+
+def test_module_scoped_fixtures_run_inside_the_isolation(module_env: dict[str, str]) -> None:
+    assert Path(module_env["HOME"]).resolve() != REAL_HOME
+    assert module_env["GIT_CONFIG_GLOBAL"] and not module_env["GIT_CONFIG_GLOBAL"].startswith(str(REAL_HOME))
+    assert module_env["PATCHSET_CACHE"] and not Path(module_env["PATCHSET_CACHE"]).is_relative_to(REAL_HOME)
+    assert not Path(module_env["XDG_CACHE_HOME"]).is_relative_to(REAL_HOME)

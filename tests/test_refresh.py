@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers import PATCH2_B_C, STANDARD_NAMES, Proj
 
+from builder.cli import main
+from builder.errors import WorkTreeError
 from builder.series.apply import apply
 from builder.series.model import load_series
 from builder.series.refresh import refresh
@@ -105,3 +108,59 @@ def test_dropped_commit_removes_file_and_entry(proj: Proj) -> None:
     assert after[renumbered] == before[STANDARD_NAMES[2]]
     assert "mutations/0002-b-null.patch" in after
     _no_temp_files(proj.patches)
+
+
+def _hand_edit(proj: Proj, name: str) -> bytes:
+    """An edit of the kind people make in patches/: a word of the message."""
+    path = proj.patches / name
+    edited = path.read_bytes().replace(b"Callers pass NULL", b"Callers may pass NULL")
+    assert edited != path.read_bytes()
+    path.write_bytes(edited)
+    return edited
+
+
+def test_hand_edit_in_patches_survives_a_refresh(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    apply(proj.project)
+    edited = _hand_edit(proj, STANDARD_NAMES[1])
+    # patched still holds the old message: a refresh would write it over the edit
+    with pytest.raises(WorkTreeError) as ei:
+        refresh(proj.project)
+    assert STANDARD_NAMES[1] in str(ei.value)
+    assert STANDARD_NAMES[0] not in str(ei.value)
+    assert "--force" in str(ei.value)
+    assert (proj.patches / STANDARD_NAMES[1]).read_bytes() == edited
+
+    # through the command: a one-line error, exit 2, the edit still there
+    assert main(["--project", str(proj.root), "refresh"]) == 2
+    err = capsys.readouterr().err
+    assert STANDARD_NAMES[1] in err and "Traceback" not in err
+    assert (proj.patches / STANDARD_NAMES[1]).read_bytes() == edited
+
+    # apply takes the edit in; then refresh has nothing to lose
+    assert not apply(proj.project).noop
+    assert _changes(refresh(proj.project)) == dict.fromkeys(STANDARD_NAMES, "unchanged")
+    assert (proj.patches / STANDARD_NAMES[1]).read_bytes() == edited
+
+
+def test_refresh_force_overwrites_and_keeps_a_copy(proj: Proj) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    edited = _hand_edit(proj, STANDARD_NAMES[1])
+
+    result = refresh(proj.project, force=True)
+
+    assert proj.snapshot() == before
+    assert result.backup is not None and result.backup.is_relative_to(proj.project.state_dir)
+    assert (result.backup / STANDARD_NAMES[1]).read_bytes() == edited
+    assert sorted(p.name for p in result.backup.iterdir()) == [STANDARD_NAMES[1]]
+
+
+def test_refresh_writes_over_its_own_files_after_an_amend(proj: Proj) -> None:
+    # a commit amended in the work repository is what refresh is for: no hand edit, no refusal
+    apply(proj.project)
+    (proj.work / "tests" / "test-x.c").write_text((proj.work / "tests" / "test-x.c").read_text() + "/* more */\n")
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    assert _changes(refresh(proj.project))[STANDARD_NAMES[2]] == "updated"
+    # and a hand edit to a file refresh leaves as it is costs nothing either
+    (proj.patches / "mutations" / "0002-b-null.patch").write_text("edited\n")
+    assert _changes(refresh(proj.project)) == dict.fromkeys(STANDARD_NAMES, "unchanged")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -229,3 +230,59 @@ def test_sql_invocation_reads_rows(tmp_path: Path) -> None:
     # a program that prints no rows falls back to its console lines
     empty = run_program(bin_dir, Invocation("sqlprinter", (), sql=False), tmp_path / "console.log")
     assert empty.cases == ()
+
+
+HANGER = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    printf("Backend 1/1: CPU\n");
+    printf("  case_a(x=1): OK\n");
+    printf("  case_b(x=2): ");
+    fflush(stdout);
+    for (;;) pause();
+}
+"""
+
+
+def test_a_program_that_never_exits_is_stopped_at_its_limit(tmp_path: Path) -> None:
+    bin_dir = compile_c(tmp_path, "hanger", HANGER)
+    start = time.monotonic()
+    r = run_program(bin_dir, Invocation("hanger", ()), tmp_path / "hanger.log", timeout=1.5)
+    assert time.monotonic() - start < 10
+    assert r.timed_out
+    assert r.verdict == FAILED
+    assert r.signal_name is None  # stopped by us, not crashed
+    # the case it hung in, and the limit itself, are failed cases
+    assert [(c.name, c.status) for c in r.cases] == [("case_a", PASS), ("case_b", "crash"), ("timeout", FAIL)]
+    assert "1.5s" in r.cases[-1].detail and "case_b(x=2)" in r.cases[-1].detail
+    assert r.last_lines[-1].strip() == "case_b(x=2):"
+    report = TestReport("cpu", "test", None, (r,))
+    assert report.failed
+    d = report_dict(report)["programs"][0]
+    assert d["timed_out"] is True and d["last_lines"][-1].strip() == "case_b(x=2):"
+    junit = ET.fromstring(junit_xml(report))
+    assert junit.find(".//property[@name='timed_out']").get("value") == "true"  # type: ignore[union-attr]
+
+
+CONSOLE_ONLY = r"""
+#include <stdio.h>
+int main(void) {
+    printf("Testing 2 devices\n\n");
+    printf("Backend 1/2: CPU\n  Skipping CPU backend\n");
+    printf("Backend 2/2: MTL0\n");
+    printf("  ACC(type=f32,ne_a=[256,17,1,1]): not supported [MTL0]\n");
+    printf("  1/1 tests passed\n");
+    return 0;
+}
+"""
+
+
+def test_test_mode_falls_back_to_the_console_lines(tmp_path: Path) -> None:
+    # asked for SQL rows (test mode), a program that prints none is read from its console lines
+    bin_dir = compile_c(tmp_path, "consoleonly", CONSOLE_ONLY)
+    r = run_program(bin_dir, Invocation("consoleonly", (), sql=True), tmp_path / "c.log")
+    assert [(c.backend, c.name, c.status) for c in r.cases] == [("MTL0", "ACC", SKIP)]
+    assert r.totals_line == (1, 1)
+    assert r.skipped_backends == ("CPU: Skipping CPU backend",)
+    assert r.verdict == NOTHING

@@ -12,6 +12,7 @@ import pytest
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
+from builder.series.apply import apply
 from builder.series.refresh import format_mails, write_series
 
 CALC_C = """\
@@ -137,12 +138,34 @@ def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
+def user_work(project) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Everything of the user's that verify must leave alone: patches/, the pin, the work
+    repository's branches, HEAD, index and work tree (an edit in progress included)."""
+    work = project.work_repo
+    return {
+        "patches": {p.relative_to(project.patches_dir).as_posix(): p.read_bytes()
+                    for p in sorted(project.patches_dir.rglob("*")) if p.is_file()},
+        "pin": project.pin_file.read_bytes(),
+        "branches": git(work, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/"),
+        "head": git(work, "symbolic-ref", "HEAD"),
+        "status": git(work, "status", "--porcelain=v1", "--untracked-files=all"),
+        "diff": git(work, "diff", "HEAD"),
+        "files": {p.relative_to(work).as_posix(): p.read_bytes()
+                  for p in sorted(work.rglob("*")) if p.is_file() and ".git" not in p.relative_to(work).parts},
+    }
+
+
 @pytest.fixture(scope="module")
 def verified(project_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("cache")
     project = load_project(root=project_dir, cache_dir=cache)
+    apply(project)
+    # a fix in progress: an uncommitted edit and an untracked file in the work tree
+    (project.work_repo / "README").write_text("calc, being edited\n")
+    (project.work_repo / "notes.txt").write_text("todo\n")
+    before = user_work(project)
     report = verify(project, backends=["cpu"])
-    return project, report
+    return project, report, before
 
 
 def outcomes(report) -> dict[str, str]:
@@ -150,7 +173,7 @@ def outcomes(report) -> dict[str, str]:
 
 
 def test_every_outcome(verified) -> None:
-    _, report = verified
+    _, report, _ = verified
     got = outcomes(report)
     assert got == {
         "calc-add-adds": PROVEN,
@@ -168,7 +191,7 @@ def test_every_outcome(verified) -> None:
 
 
 def test_evidence_files(verified) -> None:
-    _, report = verified
+    _, report, _ = verified
     proven = next(v for v in report.verdicts if v.outcome == PROVEN)
     data = json.loads(proven.evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]
@@ -187,7 +210,7 @@ def test_evidence_files(verified) -> None:
 
 
 def test_rerun_reuses_evidence_and_says_so(verified) -> None:
-    project, _ = verified
+    project, _, _ = verified
     again = verify(project, backends=["cpu"])
     proven = next(v for v in again.verdicts if v.outcome == PROVEN)
     assert proven.reused and "reused" in proven.reason
@@ -196,11 +219,9 @@ def test_rerun_reuses_evidence_and_says_so(verified) -> None:
 
 
 def test_user_work_untouched(verified) -> None:
-    project, _ = verified
-    # verify never creates or moves the user's work branch or the patch files
-    series = (project.patches_dir / "series").read_text()
-    assert "calc-add-adds" in series
-    work = project.work_repo
-    if (work / ".git").exists():
-        assert subprocess.run(["git", "-C", str(work), "status", "--porcelain"], capture_output=True,
-                              text=True, check=True).stdout == ""
+    project, _, before = verified
+    after = user_work(project)
+    assert after["branches"] and "refs/heads/patched" in after["branches"]
+    assert "M README" in after["status"] and "?? notes.txt" in after["status"]
+    # verify never moves the user's branches, HEAD or work tree, nor touches patches/ or the pin
+    assert after == before

@@ -8,6 +8,7 @@ records what it was configured from and reconfigures when that changes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,8 +20,11 @@ from pathlib import Path
 
 from builder import proc
 from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
-from builder.errors import BuildError, InputError
+from builder.errors import BuildError, InputError, StateError
+from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress, ProgressSink
+
+log = logging.getLogger("patchset")
 
 MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
@@ -78,6 +82,10 @@ class BuildSpec:
     extra_cmake_args: tuple[str, ...] = ()
     build_targets: tuple[str, ...] = ()
     """CMake targets to build; empty: all (minimal: ggml and `programs`; full: the tree's default)."""
+    source_commit: str = ""
+    """The commit checked out in `source` (recorded with the build; empty: not a git tree)."""
+    source_tree: str = ""
+    """The tree id of `source` as built, uncommitted edits included (recorded with the build)."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,46 @@ def _record_path(build_dir: Path) -> Path:
     return build_dir / ".patchset-build.json"
 
 
+def _built_path(build_dir: Path) -> Path:
+    return build_dir / ".patchset-built.json"
+
+
+@dataclass(frozen=True)
+class BuiltFrom:
+    """What the binaries of a build folder were last built from."""
+
+    source: str
+    commit: str
+    tree: str
+
+
+def built_from(build_dir: Path) -> BuiltFrom | None:
+    """The source of the last successful build in `build_dir`; None when none was recorded.
+
+    Raises StateError when the record is there but unreadable.
+    """
+    f = _built_path(build_dir)
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+        return BuiltFrom(str(data["source"]), str(data["commit"]), str(data["tree"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StateError(f"{f}: damaged build record ({type(e).__name__}: {e}); run `patchset build` again") from None
+
+
+def _read_config_record(rec_file: Path) -> dict | None:
+    """The configure record, or None when there is none or it is damaged (then cmake configures again)."""
+    try:
+        data = json.loads(rec_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("%s: damaged configure record (%s): configuring again", rec_file, e)
+        return None
+    return data if isinstance(data, dict) else None
+
+
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _ERROR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)$")
 _CMAKE_ERROR = re.compile(r"^CMake Error at (?P<file>[^:]+):(?P<line>\d+)")
@@ -195,7 +243,9 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     start = time.monotonic()
     configured = False
     rec_file = _record_path(spec.build_dir)
-    old = json.loads(rec_file.read_text()) if rec_file.exists() else None
+    old = _read_config_record(rec_file)
+    # the binaries about to change no longer match the recorded source, whatever happens next
+    _built_path(spec.build_dir).unlink(missing_ok=True)
     if old != record or not (spec.build_dir / "CMakeCache.txt").exists():
         if old and old.get("cmake_source") != record["cmake_source"]:
             _wipe(spec.build_dir, keep=log)
@@ -235,6 +285,8 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     text = log.read_text(errors="replace")
     if r.returncode != 0:
         return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta)
+    atomic_write_text(_built_path(spec.build_dir), json.dumps(
+        {"source": str(spec.source), "commit": spec.source_commit, "tree": spec.source_tree}, indent=1) + "\n")
     return BuildResult(
         spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", True, configured,
         noop="ninja: no work to do" in text, steps=steps, duration_s=time.monotonic() - start, log=log,

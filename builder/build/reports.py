@@ -16,6 +16,7 @@ def program_dict(p: ProgramResult) -> dict:
         "verdict": p.verdict, "passed": p.passed, "failed": p.failed, "skipped": p.skipped,
         "program_totals": list(p.totals_line) if p.totals_line else None,
         "skipped_backends": list(p.skipped_backends), "duration_s": round(p.duration_s, 3), "log": str(p.log),
+        "timed_out": p.timed_out, "last_lines": list(p.last_lines),
         "cases": [
             {"backend": c.backend, "name": c.name, "params": c.params, "status": c.status, "detail": c.detail,
              "error": c.error, **({"variant": c.variant} if c.variant else {})}
@@ -26,6 +27,7 @@ def program_dict(p: ProgramResult) -> dict:
 
 def report_dict(report: TestReport) -> dict:
     return {"backend": report.backend, "mode": report.mode, "ops": list(report.ops) if report.ops else None,
+            "source": {"commit": report.source_commit, "tree": report.source_tree},
             "failed": report.failed, "nothing_checked": report.nothing_checked,
             "programs": [program_dict(p) for p in report.programs]}
 
@@ -45,6 +47,11 @@ def junit_xml(report: TestReport) -> bytes:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="verdict", value=p.verdict)
         ET.SubElement(props, "property", name="returncode", value=str(p.returncode))
+        # which tree was tested: a report must never pass for another build's
+        ET.SubElement(props, "property", name="source_commit", value=report.source_commit)
+        ET.SubElement(props, "property", name="source_tree", value=report.source_tree)
+        if p.timed_out:
+            ET.SubElement(props, "property", name="timed_out", value="true")
         for c in p.cases:
             name = c.case_id + (f" [{c.variant}]" if c.variant else "")
             tc = ET.SubElement(suite, "testcase", classname=f"{p.program}.{c.backend or 'all'}", name=name)

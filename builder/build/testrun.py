@@ -56,6 +56,10 @@ class ProgramResult:
     totals_line: tuple[int, int] | None = None
     """The program's own `N/M tests passed` counts, summed over its sections."""
     skipped_backends: tuple[str, ...] = field(default_factory=tuple)
+    timed_out: bool = False
+    """Stopped (with its process group) at its time limit; counted as a failed case."""
+    last_lines: tuple[str, ...] = ()
+    """The last lines it printed, kept for a program that timed out or crashed."""
 
     @property
     def passed(self) -> int:
@@ -228,7 +232,13 @@ def _unbuffered() -> list[str]:
     return [stdbuf, "-o0", "-e0"] if stdbuf else []
 
 
-def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = 3600) -> ProgramResult:
+DEFAULT_TIMEOUT_S = 3600.0
+"""The time limit of one test program run (`patchset test --timeout`, `verify --timeout`)."""
+
+LAST_LINES = 15
+
+
+def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = DEFAULT_TIMEOUT_S) -> ProgramResult:
     exe = bin_dir / inv.program
     if not exe.exists():
         raise TestRunError(f"{exe}: test program not built (run `patchset build` first)")
@@ -237,6 +247,14 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     start = time.monotonic()
     r = proc.stream([*_unbuffered(), str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout)
     sig = None
+    last = tuple(ANSI.sub("", r.stdout).rstrip("\n").splitlines()[-LAST_LINES:])
+    if r.timed_out:
+        cases, totals, skipped = parse_console(r.stdout, inv.program)
+        shown = " | ".join(line.strip() for line in last[-5:] if line.strip()) or "(it printed nothing)"
+        cases.append(CaseResult(inv.program, "", "timeout", f"limit={timeout:g}s", FAIL,
+                                f"stopped after {timeout:g}s (time limit); last lines: {shown}"))
+        return ProgramResult(inv.program, inv.args, r.returncode, None, tuple(cases), time.monotonic() - start, log,
+                             totals, tuple(skipped), timed_out=True, last_lines=last)
     if r.returncode < 0:
         try:
             sig = signal.Signals(-r.returncode).name
@@ -252,7 +270,7 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     else:
         cases, totals, skipped = parse_console(r.stdout, inv.program)
     return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,
-                         totals, tuple(skipped))
+                         totals, tuple(skipped), last_lines=last if sig or r.returncode else ())
 
 
 @dataclass(frozen=True)
@@ -264,6 +282,10 @@ class TestReport:
 
     __test__ = False  # not a pytest test class, whatever its name says
     programs: tuple[ProgramResult, ...]
+    source_commit: str = ""
+    """The commit the tested build was made from (HEAD of the work tree it built)."""
+    source_tree: str = ""
+    """The tree id of what was built, uncommitted edits included."""
 
     @property
     def failed(self) -> bool:
@@ -318,8 +340,9 @@ def plan(backend_device: str, backend: str, mode: str, ops: list[str] | None,
 
 
 def run_plan(bin_dir: Path, invocations: list[Invocation], log_dir: Path, backend: str, mode: str,
-             ops: list[str] | None) -> TestReport:
+             ops: list[str] | None, *, timeout: float | None = DEFAULT_TIMEOUT_S, source_commit: str = "",
+             source_tree: str = "") -> TestReport:
     results = []
     for i, inv in enumerate(invocations, 1):
-        results.append(run_program(bin_dir, inv, log_dir / f"{i:02d}-{inv.program}.log"))
-    return TestReport(backend, mode, tuple(ops) if ops else None, tuple(results))
+        results.append(run_program(bin_dir, inv, log_dir / f"{i:02d}-{inv.program}.log", timeout=timeout))
+    return TestReport(backend, mode, tuple(ops) if ops else None, tuple(results), source_commit, source_tree)

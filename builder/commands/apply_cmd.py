@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import CliProgress, console
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply
 from builder.series.workrepo import PatchOutcome
@@ -24,17 +25,17 @@ def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> N
         console.print(f"  {i:>3} {o.name}: {o.outcome}", highlight=False)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.abort:
         abort_apply(project)
         console.print("apply aborted; the work repository is back where it was")
-        return 0
+        return Outcome.OK
     result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
     for b in result.backups:
         console.print(f"saved: {b}")
     if result.noop:
         console.print(f"patched is up to date at {result.head[:12]} ({project.work_repo})")
-        return 0
+        return Outcome.OK
     print_outcomes(result.outcomes)
     console.print(f"patched = upstream + {len(result.outcomes)} patch(es) at {result.head[:12]} ({project.work_repo})")
-    return 0
+    return Outcome.OK

@@ -4,7 +4,7 @@ import argparse
 
 from builder.build.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.console import CliProgress, console
-from builder.errors import EXIT_FAILED
+from builder.errors import Outcome
 from builder.pipeline import run_build
 from builder.project import Project
 
@@ -41,7 +41,7 @@ def print_build(r: BuildResult) -> None:
         console.print(f"  full log: {r.log}", highlight=False)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     r = run_build(project, args.backend, args.targets, args.jobs, args.build_type, args.cuda_arch, CliProgress())
     print_build(r)
-    return 0 if r.ok else EXIT_FAILED
+    return Outcome.OK if r.ok else Outcome.FAILED

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
-from builder.errors import EXIT_FAILED
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.model import lint
 
@@ -16,12 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also require a Patchset-Origin trailer on every patch, and a trailer block git reads whole")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     if findings:
         console.print(f"{len(findings)} problem(s) in {project.patches_dir}")
-        return EXIT_FAILED
+        return Outcome.FAILED
     console.print(f"series OK: {len(series.patches)} patch(es)")
-    return 0
+    return Outcome.OK

@@ -6,7 +6,7 @@ from pathlib import Path
 from builder.console import console
 from builder.deliver.export import ExportOptions, ExportResult, export
 from builder.deliver.layout import LAYOUTS
-from builder.errors import EXIT_FAILED
+from builder.errors import Outcome
 from builder.project import Project
 
 NAME = "export"
@@ -68,9 +68,9 @@ def print_result(result: ExportResult, full: bool = False) -> None:
         console.print(f"cover: {result.cover}", markup=False, emoji=False)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)
     result = export(project, opts)
     print_result(result, args.full)
-    return 0 if result.ok else EXIT_FAILED
+    return Outcome.OK if result.ok else Outcome.FAILED

@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from builder.console import CliProgress, console
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.apply import fetch
 
@@ -18,10 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fetch and verify this pin file instead of the project's (e.g. one `patchset pin` wrote)")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.fetch_pin is not None:
         project = dataclasses.replace(project, pin_file=args.fetch_pin.resolve())
     f = fetch(project, CliProgress())
     how = "already in the cache" if f.cached else f"fetched from {f.source}"
     console.print(f"upstream tree {f.tree} verified ({how}); commit {f.commit[:12]} in {f.repo}")
-    return 0
+    return Outcome.OK

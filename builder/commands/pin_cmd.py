@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from builder.console import CliProgress, console, err_console
-from builder.errors import InputError, PinError
+from builder.errors import InputError, Outcome, PinError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress
 from builder.project import Project
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     out: Path | None = args.out
     if out is not None:
         if out.resolve() == project.pin_file:
@@ -63,4 +63,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
     report.print(f"{where}: {pin.name} {pin.tag or ''} commit {pin.commit} tree {pin.tree}"
                  + (f" ({result.files} files{', archive from the download cache' if result.from_cache else ''})"
                     if result.files else ""), highlight=False)
-    return 0
+    return Outcome.OK

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from builder.commands.apply_cmd import print_outcomes
 from builder.console import console
-from builder.errors import EXIT_CONFLICT, InputError
+from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.dryrun import CONFLICT, DEPENDS, RebaseReport
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
@@ -46,7 +46,7 @@ def print_report(report: RebaseReport, as_json: bool) -> None:
     console.print(table)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
             raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
@@ -57,11 +57,11 @@ def run(args: argparse.Namespace, project: Project) -> int:
             console.print(f"dry run onto {report.new_commit[:12]}: " + (
                 f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
                 + "; nothing was changed")
-        return EXIT_CONFLICT if report.failed else 0
+        return Outcome.CONFLICT if report.failed else Outcome.OK
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
-        return 0
+        return Outcome.OK
     if args.cont:
         result = continue_rebase(project)
     elif args.skip:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, project: Project) -> int:
     else:
         print_report(result.report, args.json)
         if args.json:
-            return 0
+            return Outcome.OK
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
                   f"pin {project.pin_file.name} and patches/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
@@ -83,4 +83,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
     if result.skipped:
         console.print(f"dropped with --skip: {', '.join(result.skipped)}")
-    return 0
+    return Outcome.OK

@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
-from builder.errors import EXIT_FAILED
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.refresh import check_current, refresh
 
@@ -14,19 +14,24 @@ HELP = "write patches/ back from the 'patched' branch (byte-stable)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 listing the files when patches/ is not what refresh would write")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite files of patches/ edited by hand since the last apply or refresh "
+                        "(a copy is kept under .patchset/backup/)")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.check:
         stale = check_current(project)
         for c in stale:
             console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
         if stale:
             console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
-            return EXIT_FAILED
+            return Outcome.FAILED
         console.print("patches/ is current: exactly what `patchset refresh` writes from 'patched'")
-        return 0
-    result = refresh(project)
+        return Outcome.OK
+    result = refresh(project, force=args.force)
+    if result.backup:
+        console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
     for c in changed:
         console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
@@ -34,4 +39,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")
     for w in result.warnings:
         console.print(f"warning: {w}")
-    return 0
+    return Outcome.OK

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from builder.console import console
+from builder.errors import Outcome
 from builder.pipeline import make_slice
 from builder.project import Project
 
@@ -16,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ref", default="patched", help="work-repository ref to slice (default: patched)")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     r = make_slice(project, args.out, args.ref)
     console.print(f"slice of {r.commit[:12]}: {r.path} ({r.files} files, {r.size / 1e6:.1f} MB)", highlight=False)
-    return 0
+    return Outcome.OK

@@ -7,6 +7,7 @@ import json
 from rich.table import Table
 
 from builder.console import console
+from builder.errors import Outcome
 from builder.project import Project
 from builder.series.status import status
 
@@ -18,11 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     st = status(project)
     if args.json:
         print(json.dumps(dataclasses.asdict(st), indent=1, default=str))
-        return 0
+        return Outcome.OK
     pin = st.pin
     console.print(f"pin: {pin.name} {pin.tag or ''} {pin.commit} tree {pin.tree}", highlight=False)
     console.print(f"source: {'verified, from ' + st.source if st.verified else 'not fetched yet (run patchset fetch)'}")
@@ -39,4 +40,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
         console.print(f"{st.extra_commits} commit(s) on 'patched' are not in patches/ yet: run `patchset refresh`")
     for prob in st.problems:
         console.print(f"problem: {prob}", highlight=False)
-    return 0
+    return Outcome.OK

@@ -7,9 +7,9 @@ from rich.table import Table
 
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import write_json, write_junit
-from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
+from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOTHING, TestReport
 from builder.console import console
-from builder.errors import EXIT_FAILED
+from builder.errors import Outcome
 from builder.pipeline import run_tests
 from builder.project import Project
 
@@ -26,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, help="test-backend-ops mode (default: grad on cpu, test elsewhere)")
     p.add_argument("--json", type=Path, help="write per-case results as JSON")
     p.add_argument("--junit", type=Path, help="write JUnit XML")
+    add_timeout(p)
+
+
+def add_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"stop a test program that runs longer (a failed case; default {DEFAULT_TIMEOUT_S:g})")
 
 
 def print_report(report: TestReport) -> None:
@@ -43,21 +49,32 @@ def print_report(report: TestReport) -> None:
             console.print(f"  FAIL {p.program}: {line}", highlight=False, markup=False)
         if p.verdict == NOTHING:
             console.print(f"  {p.program}: nothing checked on this backend (not counted as passed)")
+        if p.timed_out or p.signal_name:
+            console.print(f"  {p.program}: last lines it printed:", highlight=False)
+            for line in p.last_lines:
+                console.print(f"    | {line}", highlight=False, markup=False)
         if p.verdict in (FAILED, CRASHED):
             console.print(f"  log: {p.log}", highlight=False)
+    if report.source_tree:
+        console.print(f"tested the build of tree {report.source_tree[:12]} (commit {report.source_commit[:12]})",
+                      highlight=False)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def outcome(report: TestReport) -> Outcome:
+    if report.failed:
+        return Outcome.FAILED
+    if report.nothing_checked:
+        console.print(f"nothing checked by: {', '.join(report.nothing_checked)}: counted as failed")
+        return Outcome.FAILED
+    return Outcome.OK
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
-    report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all)
+    report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all, timeout=args.timeout)
     print_report(report)
     if args.json:
         write_json(report, args.json)
     if args.junit:
         write_junit(report, args.junit)
-    if report.failed:
-        return EXIT_FAILED
-    if report.nothing_checked:
-        console.print(f"nothing checked by: {', '.join(report.nothing_checked)}: exit 1")
-        return EXIT_FAILED
-    return 0
+    return outcome(report)

@@ -5,8 +5,9 @@ import argparse
 from rich.table import Table
 
 from builder.build.cmakebuild import PROFILES
+from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
-from builder.errors import EXIT_FAILED, EXIT_NOT_PROVEN
+from builder.errors import Outcome
 from builder.project import Project
 from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
 
@@ -21,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", action="store_true", help="print the table of recorded outcomes and exit")
     p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
     p.add_argument("--jobs", "-j", type=int)
+    add_timeout(p)
 
 
 def _style(outcome: str) -> str:
@@ -41,17 +43,21 @@ def print_verdicts(report: VerifyReport) -> None:
             console.print(f"  evidence: {v.evidence_md}", highlight=False)
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def outcome(report: VerifyReport) -> Outcome:
+    if report.regressed:
+        return Outcome.FAILED
+    return Outcome.OK if report.ok else Outcome.NOT_PROVEN
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.report:
         rows = report_table(project)
         table = Table("patch", *PROFILES, title="recorded verify outcomes (.patchset/evidence)")
         for name, cells in rows:
             table.add_row(name, *[f"[{_style(cells[b])}]{cells[b]}[/]" if b in cells else "-" for b in PROFILES])
         console.print(table)
-        return 0
+        return Outcome.OK
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
-                    jobs=args.jobs)
+                    jobs=args.jobs, timeout=args.timeout)
     print_verdicts(report)
-    if report.regressed:
-        return EXIT_FAILED
-    return 0 if report.ok else EXIT_NOT_PROVEN
+    return outcome(report)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from builder.console import CliProgress, console, err_console
 from builder.deliver.wheel import BACKENDS, WheelOptions, build_wheel
+from builder.errors import Outcome
 from builder.project import Project
 
 NAME = "wheel"
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ccache", action="store_true", help="do not use ccache even when it is installed")
 
 
-def run(args: argparse.Namespace, project: Project) -> int:
+def run(args: argparse.Namespace, project: Project) -> Outcome:
     options = WheelOptions(
         backend=args.backend, out_dir=args.out.resolve() if args.out else None, sdist=args.sdist,
         sdist_sha256=args.sdist_sha256, strict=args.strict, jobs=args.jobs, no_mtmd=args.no_mtmd,
@@ -49,4 +50,4 @@ def run(args: argparse.Namespace, project: Project) -> int:
     console.print(f"  {r.duration_s:.1f}s; {p.written} staged file(s) changed, {r.compiled} compile(s); {cc}",
                   highlight=False)
     console.print(f"  provenance: {r.provenance_file}", highlight=False)
-    return 0
+    return Outcome.OK

@@ -23,6 +23,7 @@ from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
+from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence as ev
@@ -144,8 +145,9 @@ def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
 
 class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
-                 jobs: int | None = None) -> None:
+                 jobs: int | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> None:
         self.project = project
+        self.timeout = timeout
         self.progress = progress or NullProgress()
         self.reuse = reuse
         self.jobs = jobs
@@ -214,7 +216,8 @@ class Verifier:
         for i, t in enumerate(tests, 1):
             inv = _invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log")
+            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
+                                    timeout=self.timeout)
             self.progress.end()
             runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
@@ -356,8 +359,14 @@ def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
 
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
-           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None) -> VerifyReport:
-    v = Verifier(project, progress, reuse, jobs)
+           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None, *,
+           timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> VerifyReport:
+    # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
+    with project_lock(project.lock_file, purpose="verify"):
+        return _verify(Verifier(project, progress, reuse, jobs, timeout=timeout), names, backends)
+
+
+def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) -> VerifyReport:
     chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
     trees = v.make_trees()
     backends = backends or list(available_backends())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from builder.errors import WorkTreeError
 from builder.locking import project_lock
@@ -17,10 +18,13 @@ from builder.series.workrepo import (
     WorkRepo,
     ensure_no_op,
     fingerprint,
+    patch_digests,
 )
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched
 from builder.upstream.pin import Pin, load_pin
+
+PURPOSE = "apply"
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,12 @@ def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin
 
 def apply(project: Project, force: bool = False, progress: ProgressSink | None = None) -> ApplyResult:
     """Make `patched` = pin + series. Does nothing when nothing changed; never loses work."""
-    with project_lock(project.lock_file):
+    with project_lock(project.lock_file, purpose=PURPOSE):
         pin, series, fetched, work = prepare(project, progress)
-        ensure_no_op(work)
+        if work.load_state().op is not None:
+            ensure_no_op(work)
+            # an interrupted operation rolled back: `upstream` may still be where it left it
+            work.attach_upstream(fetched, pin)
         state = work.load_state()
         fp = fingerprint(pin, fetched.tree, series)
         head = work.head()
@@ -75,36 +82,37 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
             backups = work.backup("apply --force")
         mails = [(f"{p.index:04d}.patch", p.path.read_bytes()) for p in series.patches]
         op = Operation("apply", [], head, work.git.current_branch(), None,
-                       extra={"fingerprint": fp, "names": [p.name for p in series.patches]})
+                       fingerprint=fp, names=[p.name for p in series.patches])
         work.start(op, mails, UPSTREAM)
         outcomes = work.run_queue()
-        return _finish(work, fetched, fp, outcomes, backups)
+        return _finish(work, project.patches_dir, fetched, fp, outcomes, backups)
 
 
-def _finish(work: WorkRepo, fetched: Fetched, fp: str, outcomes: list[PatchOutcome],
+def _finish(work: WorkRepo, patches_dir: Path, fetched: Fetched, fp: str, outcomes: list[PatchOutcome],
             backups: list[str] | tuple[str, ...] = ()) -> ApplyResult:
     state = work.load_state()
     named = state.op.named(outcomes) if state.op else tuple(outcomes)
     head = work.head() or ""
-    work.finish({"fingerprint": fp, "applied_head": head, "upstream": fetched.commit})
+    work.finish({"fingerprint": fp, "applied_head": head, "upstream": fetched.commit,
+                 "patch_digests": patch_digests(patches_dir), "digests_fingerprint": fp})
     return ApplyResult(False, head, fetched.commit, named, tuple(backups), fetched)
 
 
 def continue_apply(project: Project) -> ApplyResult:
-    with project_lock(project.lock_file):
+    with project_lock(project.lock_file, purpose=PURPOSE):
         _pin, _series, fetched, work = prepare(project)
         state = work.load_state()
         if state.op is None or state.op.kind != "apply":
             raise WorkTreeError(f"{work.path}: no apply is stopped at a conflict")
         outcomes = work.continue_op()
-        fp = state.op.extra.get("fingerprint", "")
+        fp = state.op.fingerprint
         # a resolved conflict makes `patched` differ from patches/: the fingerprint still says
         # which series it came from, and `status` shows the patch as dirty until `refresh`
-        return _finish(work, fetched, fp, outcomes)
+        return _finish(work, project.patches_dir, fetched, fp, outcomes)
 
 
 def abort_apply(project: Project) -> None:
-    with project_lock(project.lock_file):
+    with project_lock(project.lock_file, purpose=PURPOSE):
         work = WorkRepo(project.work_repo)
         state = work.load_state() if work.exists() else None
         if state is None or state.op is None or state.op.kind != "apply":

@@ -115,16 +115,12 @@ def rebase(project: Project, onto: str) -> RebaseResult:
         if want not in alternates.read_text():
             alternates.write_text(alternates.read_text() + want + "\n")
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
-                       extra={"names": [p.name for p in series.patches], "new_pin": _pin_dict(new_pin),
-                              "new_upstream": fetched.commit})
+                       names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
+                       new_upstream=fetched.commit)
         work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         work.start(op, mails, fetched.commit)
         outcomes = work.run_queue()
         return _finish(project, work, old_pin, new_pin, outcomes)
-
-
-def _pin_dict(pin: Pin) -> dict:
-    return {"toml": dump_pin(pin)}
 
 
 def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcomes: list[PatchOutcome]) -> RebaseResult:
@@ -158,7 +154,7 @@ def _resume(project: Project, step: Callable[[WorkRepo], list[PatchOutcome]]) ->
             raise WorkTreeError(f"{project.work_repo}: no rebase is stopped at a conflict")
         old_pin = load_pin(project.pin_file)
         tmp = work.meta_dir / "new-pin.toml"
-        tmp.write_text(state.op.extra["new_pin"]["toml"])
+        tmp.write_text(state.op.new_pin_toml)
         new_pin = load_pin(tmp)
         outcomes = step(work)
         return _finish(project, work, old_pin, new_pin, outcomes)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +16,16 @@ from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series.model import load_series, read_series_file
-from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, ensure_no_op, fingerprint
+from builder.series.workrepo import (
+    PATCHED,
+    UPSTREAM,
+    State,
+    WorkRepo,
+    ensure_no_op,
+    ensure_objects,
+    fingerprint,
+    patch_digests,
+)
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
@@ -137,25 +149,76 @@ def _leading_comments(series_file: Path) -> str:
 class RefreshResult:
     changes: tuple[FileChange, ...]
     warnings: tuple[str, ...]
+    backup: Path | None = None
+    """Where `--force` saved the hand-edited files it overwrote."""
 
 
-def refresh(project: Project) -> RefreshResult:
-    """Write the commits of upstream..patched back as patches/ and the series file."""
-    with project_lock(project.lock_file):
+def hand_edits(patches_dir: Path, mails: list[tuple[str, bytes]], state: State, current_fp: str) -> list[str]:
+    """Files of patches/ that refresh would overwrite or remove and that changed since the last
+    apply or refresh (hand edits): refresh must not lose them.
+
+    A file refresh would leave as it is, or would write with the bytes it already has, loses
+    nothing (a refresh killed half-way leaves such files, and running it again must work).
+    """
+    planned: dict[str, bytes | None] = dict(mails)
+    series_file = patches_dir / "series"
+    old_entries, _ = read_series_file(series_file)
+    for e in old_entries:
+        planned.setdefault(e.name, None)
+    planned["series"] = _series_text(series_file, [n for n, _ in mails]).encode("utf-8")
+    at_risk = [n for n, new in planned.items() if (patches_dir / n).is_file() and (patches_dir / n).read_bytes() != new]
+    if not at_risk or (state.fingerprint and state.fingerprint == current_fp):
+        return []
+    if not state.patch_digests or state.digests_fingerprint != state.fingerprint:
+        # no record of the files as they were (an older state, or a rebase since): every file
+        # that would change may hold an edit
+        return at_risk
+    return [n for n in at_risk
+            if state.patch_digests.get(n) != hashlib.sha256((patches_dir / n).read_bytes()).hexdigest()]
+
+
+def _save_edits(project: Project, names: list[str]) -> Path:
+    dest = project.state_dir / "backup" / f"patches-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy2(project.patches_dir / n, dest / n)
+    return dest
+
+
+def refresh(project: Project, *, force: bool = False) -> RefreshResult:
+    """Write the commits of upstream..patched back as patches/ and the series file.
+
+    Refuses to overwrite a file of patches/ edited by hand since the last apply or refresh,
+    naming it; `force` overwrites and keeps a copy under `.patchset/backup/`.
+    """
+    with project_lock(project.lock_file, purpose="refresh"):
         work = WorkRepo(project.work_repo)
         if not work.exists() or work.head() is None:
             raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
         ensure_no_op(work)
+        ensure_objects(project, work)
         mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
+        pin = load_pin(project.pin_file)
+        fetched = upstream.lookup(project.cache_dir, pin)
+        state = work.load_state()
+        current_fp = fingerprint(pin, fetched.tree if fetched else pin.tree, load_series(project.patches_dir))
+        edited = hand_edits(project.patches_dir, mails, state, current_fp)
+        backup = None
+        if edited and not force:
+            raise WorkTreeError(
+                f"{project.patches_dir}: refusing to refresh: {', '.join(edited)} changed since the last apply or "
+                "refresh and would be overwritten. Run `patchset apply` to use the edits, or `patchset refresh "
+                "--force` to overwrite them (a copy is kept under .patchset/backup/)")
+        if edited:
+            backup = _save_edits(project, edited)
         changes = write_series(project.patches_dir, mails)
         warnings = []
         dirty = work.git.is_dirty()
         if dirty:
             warnings.append(f"{len(dirty)} uncommitted change(s) in {work.path} are not in patches/: commit them "
                             "on 'patched' and refresh again")
-        pin = load_pin(project.pin_file)
         series = load_series(project.patches_dir)
-        fetched = upstream.lookup(project.cache_dir, pin)
-        work.finish({"fingerprint": fingerprint(pin, fetched.tree if fetched else pin.tree, series),
-                     "applied_head": work.head() or ""})
-        return RefreshResult(tuple(changes), tuple(warnings))
+        fp = fingerprint(pin, fetched.tree if fetched else pin.tree, series)
+        work.finish({"fingerprint": fp, "applied_head": work.head() or "",
+                     "patch_digests": patch_digests(project.patches_dir), "digests_fingerprint": fp})
+        return RefreshResult(tuple(changes), tuple(warnings), backup)

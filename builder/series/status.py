@@ -45,7 +45,13 @@ def status(project: Project) -> Status:
     work = WorkRepo(project.work_repo)
     commits: list[str] = []
     branch, clean, op = None, True, None
-    if work.exists():
+    problems = [str(f) for f in findings]
+    gone = work.missing_borrowed() if work.exists() else []
+    if gone:
+        # the patches' diffs need the upstream objects: status says so instead of failing
+        problems.append(f"the work repository borrows objects from {', '.join(gone)}, which is gone: "
+                        "`patchset apply` (or refresh) fetches the pin again and re-attaches it")
+    if work.exists() and not gone:
         head = work.head()
         if head and work.git.rev(UPSTREAM):
             commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
@@ -67,5 +73,5 @@ def status(project: Project) -> Status:
         pin=pin, verified=fetched is not None, source=fetched.source if fetched else "",
         work_repo=str(work.path), branch=branch, work_tree_clean=clean, operation=op,
         patches=tuple(rows), extra_commits=max(0, len(commits) - len(series.patches)),
-        problems=tuple(str(f) for f in findings),
+        problems=tuple(problems),
     )

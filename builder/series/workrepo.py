@@ -4,24 +4,36 @@ Patches are applied by `git am` one at a time (a small sequencer of ours on top)
 conflict stops at a known patch, can be resolved in the work tree, and continued or aborted.
 Bookkeeping lives in `<git dir>/patchset/state.json`; uncommitted work and commits not yet
 written back to `patches/` are never thrown away.
+
+Outcomes are read from git's state, never from its messages: a patch "already upstream" is one
+whose 3-way application gives HEAD's tree back (or whose mail holds no diff, as `git am` leaves
+it in `rebase-apply/patch`); a resolution "to nothing" is an index equal to HEAD. An operation
+that was stopped at a conflict says so (`stopped`); one found in the state without that mark was
+interrupted (the process was killed) and is rolled back by the next command that needs the
+repository.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 
-from builder.errors import ConflictError, WorkTreeError
+from builder.errors import ConflictError, SourceError, StateError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
+from builder.project import Project
 from builder.series.model import Series
-from builder.upstream.fetch import Fetched
-from builder.upstream.pin import Pin
+from builder.upstream.fetch import Fetched, fetch
+from builder.upstream.pin import Pin, load_pin
+
+log = logging.getLogger("patchset")
 
 UPSTREAM = "upstream"
 PATCHED = "patched"
@@ -52,13 +64,43 @@ class Operation:
     pre_upstream: str | None
     done: list[PatchOutcome] = field(default_factory=list)
     detect_upstream: bool = False
-    extra: dict = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    """The series' file names of the queued mails, in order (the queue holds 0001.patch ...)."""
+    fingerprint: str = ""
+    """apply: what `patched` is being made from (see `fingerprint()`)."""
+    new_pin_toml: str = ""
+    """rebase: the pin being moved to, as TOML."""
+    new_upstream: str = ""
+    """rebase: the cache commit of that pin."""
+    stopped: bool = False
+    """True while the operation waits at a conflict for --continue or --abort; an operation in
+    the state without it was interrupted (killed) and is rolled back."""
+    extra: InitVar[dict | None] = None
+    """Older callers' bag of values: its known keys are read into the fields above."""
+
+    def __post_init__(self, extra: dict | None) -> None:
+        for key, value in (extra or {}).items():
+            if key == "names":
+                self.names = list(value)
+            elif key == "fingerprint":
+                self.fingerprint = value
+            elif key == "new_pin":
+                self.new_pin_toml = value["toml"] if isinstance(value, dict) else value
+            elif key == "new_upstream":
+                self.new_upstream = value
+            else:
+                raise TypeError(f"Operation: unknown extra value '{key}'")
 
     def named(self, outcomes: list[PatchOutcome]) -> tuple[PatchOutcome, ...]:
-        """The outcomes under the series' file names (`extra['names']`), not the queue's 0001.patch."""
-        names = self.extra.get("names", [])
-        return tuple(PatchOutcome(names[i] if i < len(names) else o.name, o.outcome, o.commit)
-                     for i, o in enumerate(outcomes))
+        """The outcomes under the series' file names, not the queue's 0001.patch."""
+        return tuple(PatchOutcome(self.name_at(i, o.name), o.outcome, o.commit) for i, o in enumerate(outcomes))
+
+    def name_at(self, index: int, default: str) -> str:
+        return self.names[index] if index < len(self.names) else default
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) if f.name != "done" else [asdict(d) for d in self.done]
+                for f in fields(self)}
 
 
 @dataclass
@@ -68,6 +110,10 @@ class State:
     fingerprint: str = ""
     applied_head: str = ""
     op: Operation | None = None
+    patch_digests: dict[str, str] = field(default_factory=dict)
+    """sha256 of each file of patches/ (and of `series`) as the last apply or refresh left them."""
+    digests_fingerprint: str = ""
+    """The fingerprint those digests belong to; another fingerprint makes them stale."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +157,14 @@ def fingerprint(pin: Pin, fetched_tree: str, series: Series) -> str:
     return h.hexdigest()
 
 
+def patch_digests(patches_dir: Path) -> dict[str, str]:
+    """sha256 of every file directly in patches/ (the series file and the patch files)."""
+    if not patches_dir.is_dir():
+        return {}
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(patches_dir.iterdir()) if f.is_file() and not f.name.startswith(".")}
+
+
 class WorkRepo:
     """The work repository of one project."""
 
@@ -130,21 +184,38 @@ class WorkRepo:
         return (self.path / ".git" / "HEAD").exists()
 
     # -- state -------------------------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.meta_dir / "state.json"
+
     def load_state(self) -> State:
-        f = self.meta_dir / "state.json"
-        if not f.exists():
+        f = self.state_file
+        try:
+            text = f.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return State()
-        data = json.loads(f.read_text())
-        op = data.pop("op", None)
-        state = State(**data)
-        if op:
-            op["done"] = [PatchOutcome(**d) for d in op.get("done", [])]
-            state.op = Operation(**op)
+        except (OSError, UnicodeDecodeError) as e:
+            raise StateError(f"{f}: cannot read the state file: {e}") from e
+        try:
+            data = json.loads(text)
+            op = data.pop("op", None)
+            state = State(**data)
+            if op:
+                op["done"] = [PatchOutcome(**d) for d in op.get("done", [])]
+                # a state written before `stopped` existed only ever held operations stopped at a conflict
+                op.setdefault("stopped", True)
+                state.op = Operation(**op)
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            raise StateError(
+                f"{f}: damaged state file ({type(e).__name__}: {e}); move it away and run "
+                "`patchset apply --force` (the branch is saved under refs/patchset/backup/ first)") from None
         return state
 
     def save_state(self, state: State) -> None:
         self.meta_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.meta_dir / "state.json", json.dumps(asdict(state), indent=1) + "\n")
+        data = {f.name: getattr(state, f.name) for f in fields(state)}
+        data["op"] = state.op.as_dict() if state.op else None
+        atomic_write_text(self.state_file, json.dumps(data, indent=1) + "\n")
 
     # -- setup -------------------------------------------------------------------------------
     def attach_upstream(self, fetched: Fetched, pin: Pin) -> None:
@@ -157,16 +228,71 @@ class WorkRepo:
             init_repo(self.path)
             self.git.run("config", "user.name", "patchset")
             self.git.run("config", "user.email", "patchset@localhost")
-        alternates = self.path / ".git" / "objects" / "info" / "alternates"
-        want = str((fetched.repo / "objects").resolve()) + "\n"
-        if not alternates.exists() or want not in alternates.read_text():
-            alternates.parent.mkdir(parents=True, exist_ok=True)
-            alternates.write_text(want)
+        gone = self.borrow_from(fetched.repo)
+        if gone:
+            log.warning("the work repository borrowed objects from %s, which is gone (cache deleted or "
+                        "PATCHSET_CACHE moved); re-attached it to %s", ", ".join(gone), fetched.repo)
         if self.git.rev(f"refs/heads/{UPSTREAM}") != fetched.commit:
             state = self.load_state()
             if state.op is None:
                 self.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: pin {pin.commit}")
         self.git.update_ref("refs/patchset/pin", fetched.commit, f"patchset: pin {pin.commit}")
+
+    @property
+    def alternates_file(self) -> Path:
+        return self.path / ".git" / "objects" / "info" / "alternates"
+
+    def borrowed(self) -> list[str]:
+        """The object folders this repository borrows from (git alternates), in order."""
+        try:
+            text = self.alternates_file.read_text()
+        except FileNotFoundError:
+            return []
+        return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+    def missing_borrowed(self) -> list[str]:
+        """Borrowed object folders that no longer exist (the cache was deleted or moved)."""
+        return [d for d in self.borrowed() if not Path(d).is_dir()]
+
+    def borrow_from(self, cache_repo: Path) -> list[str]:
+        """Borrow `cache_repo`'s objects (first), keeping every other folder that still exists.
+
+        Returns the folders dropped because they are gone. Folders of other caches are kept, not
+        replaced: backup refs and older trees may need objects only they hold.
+        """
+        want = str((cache_repo / "objects").resolve())
+        have = self.borrowed()
+        gone = [d for d in have if not Path(d).is_dir()]
+        keep = [want] + [d for d in have if d != want and d not in gone]
+        if keep != have:
+            self.alternates_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.alternates_file, "".join(f"{d}\n" for d in keep))
+        return gone
+
+    def broken_refs(self) -> list[str]:
+        """Refs whose history or trees are not all present (objects that were only in a lost cache)."""
+        refs = self.git.out("for-each-ref", "--format=%(refname)").split()
+        broken = []
+        for ref in refs:
+            r = self.git.run("rev-list", "--objects", "--quiet", ref, "--", check=False)
+            if r.returncode != 0:
+                broken.append(ref)
+        return broken
+
+    def worktree_tree(self) -> str:
+        """The tree id of the work tree as it is on disk: HEAD plus uncommitted and untracked edits.
+
+        Computed in a copy of the index (its stat data keeps this fast), so the real index is
+        left alone.
+        """
+        with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
+            index = Path(tmp) / "index"
+            real = self.path / ".git" / "index"
+            if real.exists():
+                shutil.copyfile(real, index)
+            env = {"GIT_INDEX_FILE": str(index)}
+            self.git.run("add", "--all", "--", ".", env=env)
+            return self.git.out("write-tree", env=env)
 
     def head(self, branch: str = PATCHED) -> str | None:
         return self.git.rev(f"refs/heads/{branch}")
@@ -235,11 +361,11 @@ class WorkRepo:
             mail = self.queue_dir / name
             outcome = self._apply_one(mail, op.detect_upstream)
             if outcome is None:
+                op.stopped = True
                 self.save_state(state)
-                # name the series' file (kept in extra['names']), not the queue's 0002.patch
+                # name the series' file, not the queue's 0002.patch
                 position = len(op.done) + 1
-                names = op.extra.get("names", [])
-                shown = names[position - 1] if position <= len(names) else name
+                shown = op.name_at(position - 1, name)
                 raise StoppedOnConflict(self._conflict(op.kind, position, total, shown, mail), self.path)
             op.done.append(PatchOutcome(name, outcome, self.git.out("rev-parse", "HEAD")))
             op.queue.pop(0)
@@ -253,10 +379,10 @@ class WorkRepo:
 
     def _apply_one(self, mail: Path, detect_upstream: bool) -> str | None:
         if self.git.run("apply", "--check", str(mail), check=False).returncode == 0:
-            rc, out = self._am(str(mail))
+            rc, _ = self._am(str(mail))
             if rc == 0:
                 return OUTCOME_CLEAN
-            if _is_empty(out):
+            if self._am_changes_nothing():
                 self.git.run("am", "--skip", check=False)
                 return OUTCOME_UPSTREAM
             self.git.run("am", "--abort", check=False)
@@ -265,11 +391,31 @@ class WorkRepo:
         rc, out = self._am("--3way", str(mail))
         if rc == 0:
             return OUTCOME_3WAY
-        if _is_empty(out):
+        if self._am_changes_nothing():
             self.git.run("am", "--skip", check=False)
             return OUTCOME_UPSTREAM
         self._last_am_output = out
         return None
+
+    def _am_changes_nothing(self) -> bool:
+        """After `git am` stopped: does the patch it stopped at change nothing on HEAD?
+
+        True when the mail holds no diff (am leaves its diff, empty, in `rebase-apply/patch`), or
+        when the diff, applied with a 3-way merge in a scratch index, gives HEAD's tree back:
+        the change is already there. A conflict (unmerged entries) is never "nothing".
+        """
+        if not self.in_am():
+            return False
+        patch = self.path / ".git" / "rebase-apply" / "patch"
+        if not patch.exists() or patch.stat().st_size == 0:
+            return True
+        if self.git.out("ls-files", "--unmerged"):
+            return False
+        with tempfile.TemporaryDirectory(prefix="patchset-am-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.git.run("read-tree", "HEAD", env=env)
+            r = self.git.run("apply", "--cached", "--3way", str(patch), env=env, check=False)
+            return r.returncode == 0 and self.git.out("write-tree", env=env) == self.git.tree_of("HEAD")
 
     def _conflict(self, kind: str, position: int, total: int, name: str, mail: Path) -> ConflictInfo:
         out = getattr(self, "_last_am_output", "")
@@ -290,23 +436,22 @@ class WorkRepo:
             unmerged = self.git.out("diff", "--name-only", "--diff-filter=U").split()
             if unmerged:
                 raise WorkTreeError(f"still unresolved: {', '.join(unmerged)}; resolve them and `git add` first")
-            r = self.git.run("am", "--continue", env=COMMITTER, check=False)
-            if r.returncode != 0:
-                out = r.stdout + r.stderr
-                # resolved to nothing (the new upstream already has the change): git am --continue
-                # says "No changes - did you forget to use 'git add'?"; that is a drop, unless the
+            staged = self.git.run("diff", "--cached", "--quiet", "HEAD", "--", check=False).returncode != 0
+            if not staged:
+                # resolved to nothing (the new upstream already has the change): a drop, unless the
                 # work tree still holds edits that were not added (am --skip would discard them)
-                nothing_left = "No changes - did you forget to use 'git add'?" in out
-                if nothing_left and self.git.run("diff", "--quiet", check=False).returncode != 0:
+                if self.git.run("diff", "--quiet", check=False).returncode != 0:
                     raise WorkTreeError(f"{self.path}: nothing is staged but the work tree has changes; "
                                         "`git add` the resolution first")
-                if _is_empty(out) or nothing_left:
-                    self.git.run("am", "--skip", check=False)
-                    op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_UPSTREAM))
-                else:
-                    raise WorkTreeError(f"git am --continue failed: {out.strip().splitlines()[-1:]}")
+                self.git.run("am", "--skip", check=False)
+                op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_UPSTREAM))
             else:
+                r = self.git.run("am", "--continue", env=COMMITTER, check=False)
+                if r.returncode != 0:
+                    last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no message)"]
+                    raise WorkTreeError(f"{self.path}: git am --continue failed: {last[0]}")
                 op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_RESOLVED, self.git.out("rev-parse", "HEAD")))
+            op.stopped = False
             self.save_state(state)
         return self.run_queue()
 
@@ -354,14 +499,52 @@ class WorkRepo:
         return state
 
 
-def _is_empty(am_output: str) -> bool:
-    return "No changes -- Patch already applied" in am_output or "Patch is empty" in am_output
-
-
 def ensure_no_op(work: WorkRepo) -> None:
+    """Refuse while an operation waits at a conflict; roll back one that a killed process left.
+
+    Called with the project lock held: an operation in the state that is not stopped at a
+    conflict belongs to no running process, so nobody else is in the middle of it.
+    """
     state = work.load_state()
+    if state.op is not None and not state.op.stopped:
+        log.warning("an earlier %s in %s was interrupted; rolling it back to where it started",
+                    state.op.kind, work.path)
+        work.abort_op()
+        return
     if state.op is not None:
         raise WorkTreeError(
             f"a {state.op.kind} is stopped at a conflict in {work.path}: "
             f"`patchset {state.op.kind} --continue` or `patchset {state.op.kind} --abort` first"
         )
+
+
+def ensure_objects(project: Project, work: WorkRepo) -> None:
+    """Make sure the objects the work repository borrows are there.
+
+    It borrows the cache's objects (git alternates). When that cache was deleted, or
+    PATCHSET_CACHE now points elsewhere, the pin is fetched again into the cache in use and the
+    repository re-attached to it, with a warning; refs that still miss objects are named.
+    """
+    if not work.exists() or not work.missing_borrowed():
+        return
+    gone = ", ".join(work.missing_borrowed())
+    pin = load_pin(project.pin_file)
+    log.warning("the cache the work repository borrows objects from is gone (%s); fetching the pin %s again "
+                "into %s", gone, pin.short, project.cache_dir)
+    try:
+        fetched = fetch(project.cache_dir, pin)
+    except SourceError as e:
+        raise WorkTreeError(
+            f"{work.path}: its objects were borrowed from {gone}, which is gone, and the pin could not be fetched "
+            f"again ({'; '.join(line.strip() for line in str(e).splitlines())}); restore that folder or "
+            "set PATCHSET_CACHE to a cache holding "
+            "the pin, then run `patchset fetch`") from e
+    work.attach_upstream(fetched, pin)
+    broken = work.broken_refs()
+    if f"refs/heads/{PATCHED}" in broken:
+        raise WorkTreeError(
+            f"{work.path}: branch '{PATCHED}' needs objects that were only in {gone} (another pin's tree); "
+            "restore that cache, or `patchset apply --force` to make it again from patches/")
+    if broken:
+        log.warning("%d ref(s) need objects that were only in %s and cannot be read: %s; `patchset gc "
+                    "--broken` removes them", len(broken), gone, ", ".join(broken))

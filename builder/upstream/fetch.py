@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from builder.errors import ProcessError, SourceError
+from builder.errors import ProcessError, ProcessTimeout, SourceError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream import mirror
@@ -154,6 +155,17 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
     raise SourceError(f"no source gave verified {pin.name} {pin.commit}:\n  " + "\n  ".join(failures))
 
 
+def fetch_timeout() -> float:
+    """The limit of one git fetch from a source: `$PATCHSET_FETCH_TIMEOUT` seconds, else an hour.
+
+    A remote that stops answering is then a failed source, and the next source is tried.
+    """
+    try:
+        return float(os.environ.get("PATCHSET_FETCH_TIMEOUT", "3600"))
+    except ValueError:
+        return 3600.0
+
+
 def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:
     """Fetch one ref or commit id of `url` (history depth 1) into `q`; the commit it names.
 
@@ -162,9 +174,13 @@ def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:
     """
     try:
         q.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", "fetch", "--quiet", "--depth=1",
-              "--no-tags", url, ref, env={"GIT_TERMINAL_PROMPT": "0"}, timeout=3600)
+              "--no-tags", url, ref, env={"GIT_TERMINAL_PROMPT": "0"}, timeout=fetch_timeout())
+    except ProcessTimeout as e:
+        raise SourceError(f"git fetch timed out after {e.timeout_s:g}s") from e
     except ProcessError as e:
-        raise SourceError(f"git fetch failed: {e.stderr.strip().splitlines()[-1:] or e}") from e
+        # git's first line names the cause; the last is often "and the repository exists."
+        first = e.stderr.strip().splitlines()[:1] or [str(e)]
+        raise SourceError(f"git fetch failed: {first[0]}") from e
     return q.out("rev-parse", "FETCH_HEAD^{commit}")
 
 

@@ -213,7 +213,7 @@ def extract_subdir(
         progress.begin(f"extracting {prefix}", len(chosen))
         for i, m in enumerate(chosen, 1):
             # the 'data' filter is a second line of defence: it re-checks paths and links and
-            # drops device files and setuid bits
+            # drops device files and setuid bits (PEP 706: Python 3.11.4+, as pyproject requires)
             try:
                 tf.extract(m, dest, filter="data")
             except tarfile.TarError as e:

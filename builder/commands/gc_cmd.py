@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.console import console
+from builder.errors import InputError, Outcome
+from builder.gc import gc
+from builder.project import Project
+
+NAME = "gc"
+HELP = "remove temporary folders killed runs left, and verify and backup refs older than a limit"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", type=float, default=14.0, metavar="DAYS",
+                   help="remove verify and backup refs older than this many days (default 14; 0: all)")
+    p.add_argument("--broken", action="store_true", help="also remove refs whose objects are gone with a lost cache")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.older_than < 0:
+        raise InputError(f"--older-than {args.older_than:g}: give a number of days, 0 or more")
+    result = gc(project, args.older_than, broken=args.broken, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for item in result.removed:
+        console.print(f"  {verb} {item}", highlight=False, markup=False)
+    for item in result.skipped:
+        console.print(f"  left alone: {item}", highlight=False, markup=False)
+    if not result.removed:
+        console.print("nothing to remove")
+    else:
+        console.print(f"{verb} {len(result.removed)} item(s)")
+    return Outcome.OK

@@ -1,0 +1,220 @@
+"""The commands that build, test, verify and slice, through the CLI, on a small tree laid out like
+llama.cpp: exit codes 0, 1 and 4, builds and reports that say which tree they are of, a test
+program stopped at its limit, slices of another ref, and damaged records as one-line errors."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import commit, git, make_upstream, pin_toml, write_patches
+
+from builder.cli import main
+
+CALC_H = """\
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+int calc_add(int a, int b);
+int calc_sub(int a, int b);
+#ifdef __cplusplus
+}
+#endif
+"""
+CALC_C = ('#include "calc.h"\nint calc_add(int a, int b) { return a + b; }\n'
+          "int calc_sub(int a, int b) { return a + b; }\n")
+
+
+def program(name: str, expr: str, want: int) -> str:
+    # prints like ggml's test programs; hangs on request (PATCHSET_TEST_HANG) to test the limit
+    return f"""\
+#include "calc.h"
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+int main() {{
+    printf("Backend 1/1: CPU\\n");
+    if (getenv("PATCHSET_TEST_HANG")) {{ printf("  {name}(hang=1): "); fflush(stdout); for (;;) pause(); }}
+    bool ok = ({expr}) == {want};
+    printf("  {name}(want={want}): %s\\n", ok ? "OK" : "FAIL");
+    printf("  %d/1 tests passed\\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+}}
+"""
+
+
+UPSTREAM = {
+    "ggml/CMakeLists.txt": "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n",
+    "ggml/include/calc.h": CALC_H, "ggml/src/calc.c": CALC_C, "README": "mini\n",
+    "tests/test-opt.cpp": program("OPT", "calc_add(1, 1)", 2),
+    "tests/test-backend-ops.cpp": program("ACC", "calc_add(2, 2)", 4),
+}
+SUB_FIX = CALC_C.replace("int calc_sub(int a, int b) { return a + b; }", "int calc_sub(int a, int b) { return a - b; }")
+
+
+@dataclass
+class Mini:
+    root: Path
+    cache: Path
+
+    @property
+    def work(self) -> Path:
+        return self.root / ".patchset" / "work" / "llama.cpp"
+
+    def cli(self, *args: str) -> int:
+        return main(["--project", str(self.root), *args])
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory: pytest.TempPathFactory) -> Mini:
+    base = tmp_path_factory.mktemp("mini")
+    up = make_upstream(base)
+    c0 = commit(up.src, {**UPSTREAM, "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "mini llama\n")
+    git(up.src, "push", "--quiet", str(up.bare), "HEAD:refs/heads/main")
+    root = base / "proj"
+    (root / "upstream").mkdir(parents=True)
+    (root / "upstream" / "llama.cpp.toml").write_text(
+        pin_toml(c0, up.tree_of(c0), [{"kind": "git", "url": up.url}]))
+    scratch = base / "scratch"
+    git(base, "clone", "--quiet", str(up.bare), str(scratch))
+    fix = commit(scratch, {"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": program("SUB", "calc_sub(5, 3)", 2)},
+                 "calc : sub subtracts\n\nPatchset-Status: pending\nPatchset-Backends: cpu\n"
+                 "Patchset-Test: test-sub\nPatchset-Test-Paths: tests/test-sub.cpp\n")
+    # its test passes without it: not proven, verify exits 4
+    doc = commit(scratch, {"ggml/include/calc.h": CALC_H.replace("#pragma once\n", "#pragma once\n// calc\n"),
+                           "tests/test-add.cpp": program("ADD", "calc_add(2, 3)", 5)},
+                 "calc : document the header\n\nPatchset-Status: pending\nPatchset-Backends: cpu\n"
+                 "Patchset-Test: test-add\nPatchset-Test-Paths: tests/test-add.cpp\n")
+    (root / "patches").mkdir()
+    write_patches(root / "patches", scratch, [fix, doc])
+    return Mini(root, base / "cache")
+
+
+@pytest.fixture(autouse=True)
+def _mini_cache(mini: Mini, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATCHSET_CACHE", str(mini.cache))
+
+
+def test_build_records_the_tree_it_built(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mini.cli("build", "-j", "2") == 0
+    record = json.loads((mini.root / ".patchset" / "build" / "cpu-minimal" / ".patchset-built.json").read_text())
+    assert record["commit"] == git(mini.work, "rev-parse", "patched")
+    assert record["tree"] == git(mini.work, "rev-parse", "patched^{tree}")
+    assert "build cpu/minimal ok" in capsys.readouterr().out
+
+
+def test_reports_say_which_tree_was_tested(mini: Mini, tmp_path: Path) -> None:
+    js, xml = tmp_path / "r.json", tmp_path / "r.xml"
+    assert mini.cli("test", "--json", str(js), "--junit", str(xml)) == 0
+    tree = git(mini.work, "rev-parse", "patched^{tree}")
+    data = json.loads(js.read_text())
+    assert data["source"] == {"commit": git(mini.work, "rev-parse", "patched"), "tree": tree}
+    assert [p["program"] for p in data["programs"]] == ["test-opt", "test-backend-ops", "test-sub", "test-add"]
+    suites = ET.parse(xml).getroot()
+    assert {p.get("value") for p in suites.iter("property") if p.get("name") == "source_tree"} == {tree}
+
+
+def test_test_refuses_a_build_of_another_tree(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    patch = next((mini.root / "patches").glob("0001-*.patch"))
+    original = patch.read_bytes()
+    try:
+        # the series changes and is re-applied; the build is of the tree before
+        patch.write_bytes(original.replace(b"+int calc_sub(int a, int b) { return a - b; }",
+                                           b"+int calc_sub(int a, int b) { return a - b + 1; }"))
+        assert mini.cli("apply") == 0
+        capsys.readouterr()
+        assert mini.cli("test") == 1
+        err = capsys.readouterr().err
+        assert "run `patchset build` first" in err and "Traceback" not in err
+        # built again, the test runs, and its failure (the broken fix) is exit 1
+        assert mini.cli("build", "-j", "2") == 0
+        capsys.readouterr()
+        assert mini.cli("test") == 1
+        assert "FAIL test-sub" in capsys.readouterr().out
+        # an edit in the work tree is another tree too
+        (mini.work / "README").write_text("mini, edited\n")
+        assert mini.cli("test") == 1
+        assert "run `patchset build` first" in capsys.readouterr().err
+    finally:
+        (mini.work / "README").write_text("mini\n")
+        patch.write_bytes(original)
+    assert mini.cli("apply") == 0
+    assert mini.cli("build", "-j", "2") == 0
+    assert mini.cli("test") == 0
+
+
+def test_a_hanging_test_program_is_stopped_at_the_limit(mini: Mini, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATCHSET_TEST_HANG", "1")
+    assert mini.cli("test", "--timeout", "2") == 1
+    out = capsys.readouterr().out
+    assert "stopped after 2s (time limit)" in out
+    assert "last lines it printed" in out and "OPT(hang=1)" in out
+
+
+def test_verify_not_proven_is_exit_4(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mini.cli("verify", "--backend", "cpu", "-j", "2") == 4
+    out = capsys.readouterr().out
+    assert "proven" in out and "not proven" in out
+
+
+def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mini.cli("all", "-j", "2") == 4
+    out = capsys.readouterr().out
+    assert "build cpu/minimal ok" in out and "not proven" in out
+
+
+def test_slice_of_patched_and_of_upstream(mini: Mini, tmp_path: Path) -> None:
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    assert mini.cli("slice", "--out", str(tmp_path / "patched.tar.gz")) == 0
+    with tarfile.open(tmp_path / "patched.tar.gz") as tf:
+        names = tf.getnames()
+    assert "tests/test-sub.cpp" in names and "CMakeLists.txt" in names
+    # upstream has none of the series' own test programs: the slice is made without them
+    assert mini.cli("slice", "--ref", "upstream", "--out", str(tmp_path / "up.tar.gz")) == 0
+    with tarfile.open(tmp_path / "up.tar.gz") as tf:
+        names = tf.getnames()
+    assert "tests/test-backend-ops.cpp" in names and "tests/test-sub.cpp" not in names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["patched.tar.gz", "up.tar.gz"]
+
+
+def test_slice_of_a_ref_that_is_not_there(mini: Mini, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    assert mini.cli("slice", "--ref", "no-such-ref", "--out", str(tmp_path / "x.tar.gz")) == 2
+    assert "no-such-ref" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_damaged_records_are_one_line_errors(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    state = mini.work / ".git" / "patchset" / "state.json"
+    built = mini.root / ".patchset" / "build" / "cpu-minimal" / ".patchset-built.json"
+    configured = mini.root / ".patchset" / "build" / "cpu-minimal" / ".patchset-build.json"
+    saved = {f: f.read_bytes() for f in (state, built, configured)}
+    try:
+        state.write_text('{"pin_commit": "abc", "op": {"kind": ')
+        for verb in ("apply", "refresh", "status"):
+            capsys.readouterr()
+            assert mini.cli(verb) == 1
+            err = capsys.readouterr().err
+            assert "damaged state file" in err and str(state) in err and "Traceback" not in err, verb
+            assert len(err.strip().splitlines()) == 1, err
+        state.write_bytes(saved[state])
+        built.write_text("not json")
+        assert mini.cli("test") == 1
+        err = capsys.readouterr().err
+        assert "damaged build record" in err and "Traceback" not in err
+        # a damaged configure record only costs a configure
+        configured.write_text("{")
+        assert mini.cli("build", "-j", "2") == 0
+        assert json.loads(configured.read_text())["generator"] == "Ninja"
+        assert mini.cli("test") == 0
+    finally:
+        for f, data in saved.items():
+            f.write_bytes(data)

@@ -6,6 +6,7 @@ import pytest
 from helpers import STANDARD_NAMES, Proj
 
 from builder.cli import main
+from builder.errors import WorkTreeError
 from builder.series.apply import apply
 from builder.series.refresh import check_current, refresh
 
@@ -39,8 +40,10 @@ def test_hand_edited_patch_fails_and_nothing_is_written(proj: Proj, capsys: pyte
     assert f"updated patches/{STANDARD_NAMES[1]}" in out
     assert _stale(proj) == {STANDARD_NAMES[1]: "updated"}
     assert proj.snapshot() == before
-    # refresh puts it back; then the check passes
-    refresh(proj.project)
+    # a plain refresh keeps the hand edit; --force puts the file back, then the check passes
+    with pytest.raises(WorkTreeError, match=STANDARD_NAMES[1]):
+        refresh(proj.project)
+    refresh(proj.project, force=True)
     assert _check(proj, capsys)[0] == 0
 
 

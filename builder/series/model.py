@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from builder import proc
 from builder.errors import ProcessError, SeriesError
 
-BACKENDS = ("cpu", "cuda", "metal")
+BACKENDS = ("cpu", "cuda", "metal", "metal-replay")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
 BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"

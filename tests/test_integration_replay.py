@@ -125,6 +125,24 @@ def test_patchset_test_on_the_patched_tree(project: Project) -> None:
     assert names == {"CPY_MODEL", "BIN_MODEL", "MODEL_SOURCE"}
 
 
+def test_a_failed_lookup_fails_only_its_own_graph(project: Project, tmp_path: Path) -> None:
+    """Patch 1's own test, built with the replay: the replay counts failed lookups per graph compute as patch 1
+    does (the bad graph fails, the good one and the next one succeed, two backends on two threads apart)."""
+    program = "test-metal-buffer-lookup"
+    assert (project.work_repo / "tests" / f"{program}.cpp").exists()
+    spec = buildmod.BuildSpec(source=project.work_repo, build_dir=project.build_root / "metal-replay-minimal",
+                              backend="metal-replay", programs=("test-backend-ops", program), jobs=2)
+    result = buildmod.build(spec)
+    assert result.ok, f"{result.first_error} (log {result.log})"
+    r = testrun.run_program(result.bin_dir, testrun.Invocation(program, (), trace_env="GGML_METAL_REPLAY_TRACE"),
+                            tmp_path / "lookup.log")
+    assert r.verdict == testrun.PASSED, r.failing_lines()
+    assert "device MTL0-REPLAY" in r.log.read_text()
+    assert r.passed >= 4
+    # the dispatches of the bad graphs were not run: their nil binding is in the trace
+    assert any(d.nil and not d.ran for d in read_trace(r.trace or Path()))
+
+
 def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_path: Path) -> None:
     work = GitRepo(project.work_repo)
     pin_src = tmp_path / "pin"

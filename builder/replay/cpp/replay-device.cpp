@@ -677,6 +677,11 @@ bool ggml_metal_device_supports_op(ggml_metal_device_t dev, const struct ggml_te
         case GGML_OP_TRANSPOSE:
         case GGML_OP_PERMUTE:
             return true;
+        case GGML_OP_ADD:
+            // SUB, MUL and DIV start fusions (snake, MoE reduce) whose kernels have no model; ADD alone fuses only into
+            // the chain of adds that kernel_bin_fuse_impl computes
+            return ggml_is_contiguous_rows(op->src[0]) && ggml_is_contiguous_rows(op->src[1]) &&
+                op->src[0]->type == GGML_TYPE_F32 && op->src[1]->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
         case GGML_OP_ACC:
             return ggml_is_contiguous_rows(op->src[0]) && ggml_is_contiguous_rows(op->src[1]) && op->src[0]->type == GGML_TYPE_F32 &&
                 replay_has_cpy_model(op->src[0]->type, op->type) && replay_model_find("kernel_bin_fuse_f32_f32_f32") != nullptr;

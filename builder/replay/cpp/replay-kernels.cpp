@@ -165,11 +165,24 @@ static bool model_cpy_t_t(
     return true;
 }
 
+// Metal's float4: four floats, component-wise arithmetic
+template <int W>
+struct m_vec {
+    float v[W];
+
+    m_vec & operator+=(const m_vec & o) { for (int k = 0; k < W; ++k) { v[k] += o.v[k]; } return *this; }
+    m_vec & operator-=(const m_vec & o) { for (int k = 0; k < W; ++k) { v[k] -= o.v[k]; } return *this; }
+    m_vec & operator*=(const m_vec & o) { for (int k = 0; k < W; ++k) { v[k] *= o.v[k]; } return *this; }
+    m_vec & operator/=(const m_vec & o) { for (int k = 0; k < W; ++k) { v[k] /= o.v[k]; } return *this; }
+};
+
 //
-// kernels/binbcast.metal: kernel_bin_fuse_impl<float, float, float>, constant ggml_metal_kargs_bin & args,
-//   buffer(1) src0, buffer(2) src1, buffer(3) dst; function constants FC_BIN + 0..3 (op, n fused, row broadcast,
-//   column broadcast)
+// kernels/binbcast.metal: kernel_bin_fuse_impl<T0, T1, T> with T0 = T1 = T = float (W = 1) or float4 (W = 4),
+//   constant ggml_metal_kargs_bin & args, buffer(1) src0, buffer(2) src1, buffer(3) dst; function constants
+//   FC_BIN + 0..3 (op, number of fused src1, row broadcast, column broadcast). the FC_F == 1 branches of the kernel
+//   compute what the general loop computes with one src1, so the model runs the general loop
 //
+template <int W>
 static bool model_bin_fuse_f32(
         const void * args_p, size_t args_size,
         const replay_binding * bufs, int n_bufs,
@@ -196,12 +209,19 @@ static bool model_bin_fuse_f32(
         return false;
     }
 
-    typedef float T0;
-    typedef float T1;
-    typedef float T;
+    typedef m_vec<W> T0;
+    typedef m_vec<W> T1;
+    typedef m_vec<W> T;
+
+    auto apply = [&](T & res, const T1 & v) {
+        if (FC_OP == 0) { res += v; }
+        if (FC_OP == 1) { res -= v; }
+        if (FC_OP == 2) { res *= v; }
+        if (FC_OP == 3) { res /= v; }
+    };
 
     eff.row_len  = args.ne0;
-    eff.n_expect = FC_RB ? 0 : (uint64_t) ((int64_t) args.ne0*args.ne01*args.ne02*args.ne03);
+    eff.n_expect = (uint64_t) ((int64_t) args.ne0*args.ne01*args.ne02*args.ne03);
 
     for_each_thread(grid, eff, [&](const uint32_t * tgpig, const uint16_t * tpitg, const uint16_t * ntg) {
         if (FC_RB) {
@@ -214,14 +234,10 @@ static bool model_bin_fuse_f32(
 
             T res = src0_row.load(i0);
             for (short j = 0; j < FC_F; ++j) {
-                const T1 v = dptr<T1>(src1, args.o1[j], eff).load(i1);
-                if (FC_OP == 0) { res += v; }
-                if (FC_OP == 1) { res -= v; }
-                if (FC_OP == 2) { res *= v; }
-                if (FC_OP == 3) { res /= v; }
+                apply(res, dptr<T1>(src1, args.o1[j], eff).load(i1));
             }
             dst_row.store(i0, res);
-            note_col(eff, i0);
+            note_col(eff, i0 % args.ne0);
             return;
         }
 
@@ -243,14 +259,9 @@ static bool model_bin_fuse_f32(
         for (int i0 = tpitg[0]; i0 < args.ne0; i0 += ntg[0]) {
             const int i10 = FC_CB ? i0%args.ne10 : i0;
 
-            // FC_F == 1 is the general loop with one src1
             T res = src0_ptr.load(i0);
             for (short j = 0; j < FC_F; ++j) {
-                const T1 v = dptr<T1>(src1, args.o1[j] + i13*args.nb13 + i12*args.nb12 + i11*args.nb11, eff).load(i10);
-                if (FC_OP == 0) { res += v; }
-                if (FC_OP == 1) { res -= v; }
-                if (FC_OP == 2) { res *= v; }
-                if (FC_OP == 3) { res /= v; }
+                apply(res, dptr<T1>(src1, args.o1[j] + i13*args.nb13 + i12*args.nb12 + i11*args.nb11, eff).load(i10));
             }
             dst_ptr.store(i0, res);
             note_col(eff, i0);
@@ -282,8 +293,10 @@ const std::vector<replay_model> & replay_models() {
         CPY_MODEL("f16_f16",   m_half,  m_half),
         CPY_MODEL("bf16_f32",  m_bf16,  m_float),
         CPY_MODEL("bf16_bf16", m_bf16,  m_bf16),
-        { "kernel_bin_fuse_f32_f32_f32", "kernels/binbcast.metal", "kernel_bin_fuse_impl", "ggml_metal_kargs_bin",
-          BODY_BIN_FUSE_IMPL, model_bin_fuse_f32 },
+        { "kernel_bin_fuse_f32_f32_f32",   "kernels/binbcast.metal", "kernel_bin_fuse_impl", "ggml_metal_kargs_bin",
+          BODY_BIN_FUSE_IMPL, model_bin_fuse_f32<1> },
+        { "kernel_bin_fuse_f32_f32_f32_4", "kernels/binbcast.metal", "kernel_bin_fuse_impl", "ggml_metal_kargs_bin",
+          BODY_BIN_FUSE_IMPL, model_bin_fuse_f32<4> },
     };
     return models;
 }

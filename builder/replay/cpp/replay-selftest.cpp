@@ -244,6 +244,46 @@ static void test_bin_add_acc_view() {
             "expected src1 added into the two 5-wide rows of the view");
 }
 
+// a chain of two fused adds on float4 elements (the _4 kernel): one thread loops over the two float4 of the row
+static void test_bin_add_chain_float4() {
+    std::vector<float> src0(8), src1(16), dst(8, STALE);
+    for (int i = 0; i < 8; ++i) {
+        src0[i] = (float) i;
+        src1[i] = 10.0f*(float) i;     // the first addend at o1[0] = 0
+        src1[8 + i] = 100.0f;          // the second addend at o1[1] = 32 bytes
+    }
+    std::vector<replay_binding> bufs(4);
+    bufs[1] = { (char *) src0.data(), src0.size()*4 };
+    bufs[2] = { (char *) src1.data(), src1.size()*4 };
+    bufs[3] = { (char *) dst.data(),  dst.size()*4 };
+
+    // ne00 = ne10 = ne0 = 8/4 float4 elements, one row
+    ggml_metal_kargs_bin args = {
+        /*.ne00 =*/ 2, /*.ne01 =*/ 1, /*.ne02 =*/ 1, /*.ne03 =*/ 1,
+        /*.nb00 =*/ 4, /*.nb01 =*/ 32, /*.nb02 =*/ 32, /*.nb03 =*/ 32,
+        /*.ne10 =*/ 2, /*.ne11 =*/ 1, /*.ne12 =*/ 1, /*.ne13 =*/ 1,
+        /*.nb10 =*/ 4, /*.nb11 =*/ 32, /*.nb12 =*/ 32, /*.nb13 =*/ 32,
+        /*.ne0  =*/ 2, /*.ne1  =*/ 1, /*.ne2  =*/ 1, /*.ne3  =*/ 1,
+        /*.nb0  =*/ 4, /*.nb1  =*/ 32, /*.nb2  =*/ 32, /*.nb3  =*/ 32,
+        /*.offs =*/ 0,
+        /*.o1   =*/ { 0, 32 },
+    };
+
+    replay_fc fc;
+    fc.values = { { FC_BIN + 0, 0 }, { FC_BIN + 1, 2 }, { FC_BIN + 2, 0 }, { FC_BIN + 3, 0 } };
+
+    replay_effect eff;
+    const bool ran = run("kernel_bin_fuse_f32_f32_f32_4", &args, sizeof(args), bufs, fc, grid_of(1, 1, 1, 1, 1, 1), eff);
+
+    // by hand: dst[k] = k + 10*k + 100
+    bool ok = ran && eff.n_writes == 2;
+    for (int k = 0; ok && k < 8; ++k) {
+        ok = dst[k] == 11.0f*(float) k + 100.0f;
+    }
+    report("BIN_MODEL", "kernel=kernel_bin_fuse_f32_f32_f32_4,op=add,n_fuse=2,grid=1x1x1,threads=1x1x1,row=2x4", ok,
+            "expected src0 + both addends in every component");
+}
+
 static bool read_file(const std::string & path, std::string & out) {
     std::ifstream f(path, std::ios::binary);
     if (!f) {
@@ -315,6 +355,7 @@ int main(int argc, char ** argv) {
     test_cpy_strided_src();
     test_cpy_out_of_bounds();
     test_bin_add_acc_view();
+    test_bin_add_chain_float4();
 
     if (!tree.empty()) {
         check_tree(tree);

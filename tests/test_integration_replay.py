@@ -164,5 +164,20 @@ def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_pat
         assert selftest.verdict == testrun.PASSED
         # nothing was patched into the tree
         assert GitRepo(pin_src).out("status", "--porcelain", "--untracked-files=all") == ""
+
+        # a kernel that changes under its model is noticed: the copy kernel with its column block taken from the
+        # row instead of tgpig[0]/ne01
+        drifted = tmp_path / "drifted"
+        shutil.copytree(pin_src / "ggml" / "src" / "ggml-metal", drifted / "ggml" / "src" / "ggml-metal")
+        shader = drifted / "ggml" / "src" / "ggml-metal" / "kernels" / "quantize.metal"
+        text = shader.read_text()
+        assert "tgpig[0]/args.ne01" in text
+        shader.write_text(text.replace("tgpig[0]/args.ne01", "tgpig[0]%args.ne01", 1))
+        check = testrun.Invocation(prof.selftest or "", ("--tree", str(drifted)))
+        drift = testrun.run_program(result.bin_dir, check, log_dir / "drift.log")
+        assert drift.verdict == testrun.FAILED
+        bad = [c for c in drift.cases if c.status == testrun.FAIL]
+        assert bad and all(c.name == "MODEL_SOURCE" and "kernel_cpy_" in c.params for c in bad)
+        assert all("changed since the model was written" in c.detail for c in bad)
     finally:
         work.run("worktree", "remove", "--force", str(pin_src))

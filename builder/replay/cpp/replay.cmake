@@ -10,7 +10,8 @@ if (NOT EXISTS ${patchset_metal_dir}/ggml-metal-device.h)
     message(FATAL_ERROR "patchset: metal replay: ${patchset_metal_dir}/ggml-metal-device.h does not exist")
 endif()
 
-file(GLOB patchset_metal_tree_sources ${patchset_metal_dir}/*.cpp)
+# re-globbed at build time: a tree that adds or removes a Metal host source reconfigures
+file(GLOB patchset_metal_tree_sources CONFIGURE_DEPENDS ${patchset_metal_dir}/*.cpp)
 file(GLOB patchset_metal_shaders ${patchset_metal_dir}/kernels/*.metal ${patchset_metal_dir}/*.metal)
 
 # the names of the kernels the tree's shaders define: a pipeline the replay is asked to compile must name one of

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
-from builder.errors import InputError, TestRunError
+from builder.errors import BuildError, InputError, TestRunError
 from builder.gitrepo import GitRepo
 from builder.locking import project_lock
 from builder.progress import ProgressSink
@@ -36,14 +36,16 @@ def declared_tests(series: Series, backend: str) -> list[tuple[str, tuple[str, .
     return out
 
 
-def programs_for(source: Path, series: Series) -> tuple[str, ...]:
-    """The default test programs plus every program the series declares that the tree has."""
+def programs_for(source: Path, series: Series, backend: str = "cpu") -> tuple[str, ...]:
+    """The default test programs plus every program the series declares that the tree has, less
+    those the backend cannot run."""
     names = list(buildmod.DEFAULT_PROGRAMS)
     for p in series.patches:
         for t in p.meta.tests:
             if t.program not in names and (source / "tests" / f"{t.program}.cpp").exists():
                 names.append(t.program)
-    return tuple(names)
+    allowed = buildmod.profile(backend).programs
+    return tuple(n for n in names if allowed is None or n in allowed)
 
 
 def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tuple[WorkRepo, ApplyResult | None]:
@@ -73,7 +75,7 @@ def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", 
         series = load_series(project.patches_dir)
         spec = buildmod.BuildSpec(
             source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
-            programs=programs_for(work.path, series), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
+            programs=programs_for(work.path, series, backend), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
             source_commit=work.git.out("rev-parse", "HEAD"), source_tree=work.worktree_tree(),
         )
         return buildmod.build(spec, progress)
@@ -118,12 +120,21 @@ def _run_tests(project: Project, backend: str, targets: str, mode: str | None, o
         chosen = testrun.series_ops(declared) or None
     bdir = build_dir(project, backend, targets)
     bin_dir = bdir / "bin"
+    if prof.harness:
+        # a harness of ours (the Metal replay) is built for the tree by the test run itself: a no-op when current
+        harness = run_build(project, backend, targets)
+        if not harness.ok:
+            raise BuildError(f"building the {backend} harness failed: {harness.first_error or 'see the log'} "
+                             f"(log {harness.log})")
     if not (bin_dir / "test-backend-ops").exists():
         raise TestRunError(f"{bin_dir}: no test programs; run `patchset build --backend {backend}` first")
     built = check_build_is_current(project, bdir)
     extra = [(prog, args) for prog, args in declared if prog not in ("test-opt", "test-backend-ops")
              and (bin_dir / prog).exists()]
-    invs = testrun.plan(prof.device, backend, mode, chosen, extra)
+    invs = testrun.plan(prof.device, backend, mode, chosen, extra, prof.programs, prof.trace_env)
+    if prof.selftest and (bin_dir / prof.selftest).exists():
+        # the harness checked against the tree it runs (its kernel models against the tree's shader text)
+        invs.append(testrun.Invocation(prof.selftest, ("--tree", str(project.work_repo))))
     log_dir = project.state_dir / "test" / f"{backend}-{targets}-{mode}"
     return testrun.run_plan(bin_dir, invs, log_dir, backend, mode, chosen, timeout=timeout,
                             source_commit=built.commit, source_tree=built.tree)

@@ -7,6 +7,7 @@ records what it was configured from and reconfigures when that changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from builder.progress import NullProgress, ProgressSink
 log = logging.getLogger("patchset")
 
 MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
+REPLAY_DIR = Path(__file__).parent.parent / "replay" / "cpp"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
 TARGET_SETS = ("minimal", "full")
 
@@ -41,12 +43,34 @@ class BackendProfile:
     """`sys.platform` values on which this backend builds and runs."""
     device: str
     """The backend name test programs know it by (`-b` of test-backend-ops)."""
+    programs: tuple[str, ...] | None = None
+    """The test programs that can run on this backend; None: every one."""
+    target_sets: tuple[str, ...] = TARGET_SETS
+    harness: tuple[Path, ...] = ()
+    """Sources of ours compiled into the test programs (a change in them invalidates evidence)."""
+    selftest: str | None = None
+    """A program of ours that checks the harness against the tree (`--tree DIR`), run by `patchset test`."""
+    trace_env: str | None = None
+    """Environment variable naming the file a test program writes its dispatch trace to."""
+    note: str = ""
+    """What a result on this backend is and is not, for reports and evidence."""
 
+
+REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal host C++ (the op encoders of "
+               "ggml-metal-ops.cpp, ggml-metal-device.cpp, ggml-metal-common.cpp, ggml-metal.cpp) compiled unchanged "
+               "on this machine with patchset's replacement of the Objective-C device and context and CPU models of "
+               "the kernels it dispatches; shaders, the GPU's scheduling and memory model and the Objective-C code "
+               "are not exercised (docs/backends.md)")
 
 PROFILES: dict[str, BackendProfile] = {
     "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
     "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
     "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0"),
+    "metal-replay": BackendProfile(
+        "metal-replay", ("-DPATCHSET_METAL_REPLAY=ON",), ("linux", "darwin"), "MTL0-REPLAY",
+        programs=("test-backend-ops",), target_sets=("minimal",),
+        harness=tuple(sorted(p for p in REPLAY_DIR.iterdir() if p.is_file())) if REPLAY_DIR.is_dir() else (),
+        selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
 }
 
 # The tree's CMake drops test-opt silently when either is on, and sanitizers change the timing
@@ -59,6 +83,14 @@ _FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREB
 
 # Metal host sources that are plain C++ and so can be compile-checked anywhere
 METAL_CXX_SOURCES = ("ggml-metal-ops.cpp", "ggml-metal-device.cpp", "ggml-metal-common.cpp", "ggml-metal.cpp")
+
+
+def harness_digest(backend: str) -> str:
+    """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""
+    h = hashlib.sha256()
+    for p in profile(backend).harness:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest() if profile(backend).harness else ""
 
 
 def profile(name: str) -> BackendProfile:
@@ -229,6 +261,8 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     prof = profile(spec.backend)
     if spec.targets not in TARGET_SETS:
         raise InputError(f"unknown target set '{spec.targets}' (known: {', '.join(TARGET_SETS)})")
+    if spec.targets not in prof.target_sets:
+        raise InputError(f"backend '{spec.backend}' builds only the target set(s) {', '.join(prof.target_sets)}")
     if sys.platform not in prof.platforms:
         raise InputError(f"backend '{spec.backend}' does not build on {sys.platform}"
                          + (" (use --backend metal for a compile check)" if spec.backend == "metal" else ""))

@@ -17,6 +17,7 @@ def program_dict(p: ProgramResult) -> dict:
         "program_totals": list(p.totals_line) if p.totals_line else None,
         "skipped_backends": list(p.skipped_backends), "duration_s": round(p.duration_s, 3), "log": str(p.log),
         "timed_out": p.timed_out, "last_lines": list(p.last_lines),
+        **({"notes": list(p.notes), "trace": str(p.trace) if p.trace else None} if p.notes else {}),
         "cases": [
             {"backend": c.backend, "name": c.name, "params": c.params, "status": c.status, "detail": c.detail,
              "error": c.error, **({"variant": c.variant} if c.variant else {})}

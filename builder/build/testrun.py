@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
+from builder.build import replay
 from builder.errors import TestRunError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -60,6 +61,9 @@ class ProgramResult:
     """Stopped (with its process group) at its time limit; counted as a failed case."""
     last_lines: tuple[str, ...] = ()
     """The last lines it printed, kept for a program that timed out or crashed."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """What the backend's dispatch trace shows (the Metal replay), when it wrote one."""
+    trace: Path | None = None
 
     @property
     def passed(self) -> int:
@@ -220,6 +224,8 @@ class Invocation:
     program: str
     args: tuple[str, ...]
     sql: bool = False
+    trace_env: str | None = None
+    """Environment variable through which the program writes a dispatch trace (next to its log)."""
 
 
 def _unbuffered() -> list[str]:
@@ -244,8 +250,14 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
         raise TestRunError(f"{exe}: test program not built (run `patchset build` first)")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
+    env: dict[str, str] = {}
+    trace = None
+    if inv.trace_env:
+        trace = log.with_suffix(".trace.jsonl")
+        trace.unlink(missing_ok=True)
+        env[inv.trace_env] = str(trace)
     start = time.monotonic()
-    r = proc.stream([*_unbuffered(), str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout)
+    r = proc.stream([*_unbuffered(), str(exe), *inv.args], log_file=log, cwd=bin_dir, timeout=timeout, env=env)
     sig = None
     last = tuple(ANSI.sub("", r.stdout).rstrip("\n").splitlines()[-LAST_LINES:])
     if r.timed_out:
@@ -269,8 +281,14 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
             cases, totals, skipped = parse_console(r.stdout, inv.program)
     else:
         cases, totals, skipped = parse_console(r.stdout, inv.program)
+    notes: tuple[str, ...] = ()
+    if trace is not None and trace.exists():
+        notes = replay.trace_notes(trace)
+    elif trace is not None:
+        trace = None
     return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,
-                         totals, tuple(skipped), last_lines=last if sig or r.returncode else ())
+                         totals, tuple(skipped), last_lines=last if sig or r.returncode else (), notes=notes,
+                         trace=trace)
 
 
 @dataclass(frozen=True)
@@ -316,8 +334,10 @@ def series_ops(tests: list[tuple[str, tuple[str, ...]]]) -> list[str]:
 
 
 def plan(backend_device: str, backend: str, mode: str, ops: list[str] | None,
-         extra_programs: list[tuple[str, tuple[str, ...]]]) -> list[Invocation]:
-    """What `patchset test` runs: test-opt, test-backend-ops in `mode`, then the series' own programs."""
+         extra_programs: list[tuple[str, tuple[str, ...]]], programs: tuple[str, ...] | None = None,
+         trace_env: str | None = None) -> list[Invocation]:
+    """What `patchset test` runs: test-opt, test-backend-ops in `mode`, then the series' own programs;
+    only those in `programs` when the backend names the ones it can run."""
     if mode not in MODES:
         raise TestRunError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
     args = [mode]
@@ -329,14 +349,15 @@ def plan(backend_device: str, backend: str, mode: str, ops: list[str] | None,
     sql = mode == "test"
     if sql:
         args += ["--output", "sql"]
-    invs = [Invocation("test-opt", ()), Invocation("test-backend-ops", tuple(args), sql=sql)]
+    invs = [Invocation("test-opt", (), trace_env=trace_env),
+            Invocation("test-backend-ops", tuple(args), sql=sql, trace_env=trace_env)]
     for program, pargs in extra_programs:
         if program in ("test-opt", "test-backend-ops"):
             continue
-        inv = Invocation(program, pargs)
+        inv = Invocation(program, pargs, trace_env=trace_env)
         if inv not in invs:
             invs.append(inv)
-    return invs
+    return [inv for inv in invs if programs is None or inv.program in programs]
 
 
 def run_plan(bin_dir: Path, invocations: list[Invocation], log_dir: Path, backend: str, mode: str,

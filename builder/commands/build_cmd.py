@@ -14,7 +14,8 @@ HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=list(PROFILES), default="cpu",
-                   help="cpu, cuda, or metal (on Linux: a compile check of the Metal C++ sources)")
+                   help="cpu, cuda, metal (on Linux: a compile check of the Metal C++ sources), or metal-replay "
+                        "(test-backend-ops with the host-side Metal replay, docs/backends.md)")
     p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--build-type", default="Release")

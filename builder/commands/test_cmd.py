@@ -47,6 +47,8 @@ def print_report(report: TestReport) -> None:
     for p in report.programs:
         for line in p.failing_lines()[:20]:
             console.print(f"  FAIL {p.program}: {line}", highlight=False, markup=False)
+        for line in p.notes[:10]:
+            console.print(f"  {p.program}: {line}", highlight=False, markup=False)
         if p.verdict == NOTHING:
             console.print(f"  {p.program}: nothing checked on this backend (not counted as passed)")
         if p.timed_out or p.signal_name:

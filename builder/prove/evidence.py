@@ -46,6 +46,8 @@ class Evidence:
     host: dict = field(default_factory=dict)
     created: str = ""
     reused: bool = False
+    note: str = ""
+    """What a run on this backend is and is not (the Metal replay: not Apple hardware)."""
 
 
 def host_info(cxx: str | None = None) -> dict:
@@ -85,6 +87,8 @@ def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:
 
 def markdown(ev: Evidence) -> str:
     out = [f"# {ev.patch} on {ev.backend}: {ev.outcome}", "", f"**{ev.subject}**", "", ev.reason, ""]
+    if ev.note:
+        out += [f"> {ev.backend}: {ev.note}", ""]
     pin = ev.pin
     out += [f"- pin: {pin.get('name')} {pin.get('tag', '')} `{pin.get('commit')}` (tree `{pin.get('tree')}`)",
             f"- host: {ev.host.get('platform')}, {ev.host.get('cpus')} CPUs; compiler: {ev.host.get('compiler')}",
@@ -106,5 +110,7 @@ def markdown(ev: Evidence) -> str:
             out.append(f"- `{t['command']}`: {how}, {t['verdict']} ({counts}) in {took}")
             if t.get("failing"):
                 out += ["  ```", *[f"  {line}" for line in t["failing"][:15]], "  ```"]
+            if t.get("notes"):
+                out += ["  dispatches:", "  ```", *[f"  {line}" for line in t["notes"][:15]], "  ```"]
         out.append("")
     return "\n".join(out)

@@ -49,6 +49,10 @@ def available_backends() -> list[str]:
         found.append("cuda")
     if sys.platform == "darwin":
         found.append("metal")
+    # the host-side Metal replay needs only a C++ compiler (docs/backends.md)
+    if sys.platform in buildmod.profile("metal-replay").platforms and any(
+            shutil.which(c) for c in ("c++", "g++", "clang++")):
+        found.append("metal-replay")
     return found
 
 
@@ -138,9 +142,10 @@ def _needs_full(source: Path, program: str) -> bool:
 
 def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
     args = list(t.args)
+    prof = buildmod.profile(backend)
     if t.program == "test-backend-ops" and "-b" not in args:
-        args += ["-b", buildmod.profile(backend).device]
-    return testrun.Invocation(t.program, tuple(args))
+        args += ["-b", prof.device]
+    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
 
 
 class Verifier:
@@ -222,7 +227,8 @@ class Verifier:
             runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
                          "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
-                         "failing": r.failing_lines()[:50]})
+                         "failing": r.failing_lines()[:50], "notes": list(r.notes),
+                         "trace": str(r.trace) if r.trace else None})
             any_fail = any_fail or r.verdict in (testrun.FAILED, testrun.CRASHED)
             all_pass = all_pass and r.verdict == testrun.PASSED
         verdict = "fails" if any_fail else ("passes" if all_pass else "nothing checked")
@@ -284,6 +290,7 @@ class Verifier:
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
             tuple(steps), key, self._host_info(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            note=buildmod.profile(backend).note,
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
         # must show every patch and backend that was asked for
@@ -331,6 +338,7 @@ class Verifier:
             "mutation": git.tree_of(trees.mutation) if trees.mutation else None,
             "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
             "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+            "harness": buildmod.harness_digest(backend),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

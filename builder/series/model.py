@@ -22,7 +22,7 @@ from builder.errors import ProcessError, SeriesError
 from builder.fsutil import atomic_write_text
 from builder.project import default_cache_dir
 
-BACKENDS = ("cpu", "cuda", "metal")
+BACKENDS = ("cpu", "cuda", "metal", "metal-replay")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
 BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"

@@ -1,0 +1,183 @@
+"""The host-side Metal replay on the real pin and series: `verify --backend metal-replay` proves patch 4,
+`patchset test --backend metal-replay` runs ACC, SET and CPY on the patched tree, and the same harness
+builds and passes against the pristine pin. Slow (two builds of ggml with the replay): marked integration.
+
+Patch 4 carries no metal-replay trailers in the series this branch started from (another change rewrites
+the series), so the project copy gets them here: `Patchset-Backends: ... metal-replay`, a
+`Patchset-Test: [metal-replay] test-backend-ops test -o ACC,SET` line and the mutation
+`mutations/metal-cpy-impl-one-block-per-row.patch`, each only where the patch lacks it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
+from builder.build.replay import read_trace
+from builder.gitrepo import GitRepo
+from builder.pipeline import run_tests
+from builder.project import Project, load_project
+from builder.prove.verify import PROVEN, verify
+from builder.series.model import Patch, load_series
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MUTATION = "mutations/metal-cpy-impl-one-block-per-row.patch"
+REPLAY_TEST = "Patchset-Test: [metal-replay] test-backend-ops test -o ACC,SET"
+
+
+def acc_set_patch(patches_dir: Path) -> Patch:
+    found = [p for p in load_series(patches_dir).patches
+             if "ggml/src/ggml-metal/ggml-metal-ops.cpp" in p.files and "tests/test-backend-ops.cpp" in p.files]
+    assert len(found) == 1, [p.name for p in found]
+    return found[0]
+
+
+def add_replay_trailers(patches_dir: Path) -> Patch:
+    """Give the ACC/SET patch the trailers of a metal-replay proof, where it lacks them."""
+    patch = acc_set_patch(patches_dir)
+    text = patch.path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    trailer_lines = [i for i, line in enumerate(lines) if line.startswith("Patchset-")]
+    assert trailer_lines, f"{patch.name}: no Patchset trailers"
+    for i in trailer_lines:
+        if lines[i].startswith("Patchset-Backends:") and "metal-replay" not in lines[i].split():
+            lines[i] += " metal-replay"
+    extra = []
+    if not any(re.match(r"Patchset-Test: \[[^\]]*metal-replay", lines[i]) for i in trailer_lines):
+        extra.append(REPLAY_TEST)
+    if not any(lines[i].startswith("Patchset-Mutation:") for i in trailer_lines):
+        extra.append(f"Patchset-Mutation: {MUTATION}")
+    last = trailer_lines[-1]
+    lines[last + 1:last + 1] = extra
+    patch.path.write_text("\n".join(lines), encoding="utf-8")
+    return acc_set_patch(patches_dir)
+
+
+@pytest.fixture(scope="module")
+def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    root = tmp_path_factory.mktemp("replay-project")
+    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    add_replay_trailers(root / "patches")
+    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
+                        cache_dir=real_pin_cache)
+
+
+def test_verify_proves_patch_4_on_the_replay(project: Project) -> None:
+    patch = acc_set_patch(project.patches_dir)
+    assert patch.meta.mutation == MUTATION
+    report = verify(project, [patch.name], ["metal-replay"], jobs=2)
+    (v,) = report.verdicts
+    assert v.outcome == PROVEN, v.reason
+    assert "the mutation" in v.reason and "is caught" in v.reason
+    data = json.loads(v.evidence_json.read_text())
+    assert data["note"].startswith("host-side replay, not a run on Apple hardware")
+    assert "not a run on Apple hardware" in v.evidence_md.read_text()
+    steps = {s["tree"]: s for s in data["steps"]}
+    assert [steps[k]["verdict"] for k in ("before", "after", "mutation")] == ["fails", "passes", "fails"]
+
+    # before: exactly the wide cases fail (the ACC ones and the SET ones that copy src0)
+    (before,) = steps["before"]["tests"]
+    assert before["command"].endswith("-b MTL0-REPLAY")
+    failing = before["failing"]
+    assert failing and all(("4096" in f or "2048" in f) and ("ACC(" in f or "SET(" in f) for f in failing)
+    assert any("ACC(" in f for f in failing) and any("SET(" in f for f in failing)
+    assert before["passed"] > 0
+    # and its recorded dispatch grids show the uncovered tail: one 1024-thread threadgroup per 4096-wide row
+    short = [d for d in read_trace(Path(before["trace"])) if d.short]
+    assert short and all(d.threads == (1024, 1, 1) and d.cols == (0, 1023) and d.row_len == 4096 for d in short)
+    assert {d.op for d in short} == {"ACC", "SET"}
+    assert any("left stale" in n and "4096-wide rows" in n for n in before["notes"])
+
+    (after,) = steps["after"]["tests"]
+    assert after["failed"] == 0 and after["passed"] == before["passed"] + before["failed"]
+    assert not [d for d in read_trace(Path(after["trace"])) if d.short]
+
+    # the mutation: the copy dispatches one threadgroup per row again
+    (mut,) = steps["mutation"]["tests"]
+    assert mut["failed"] > 0
+    assert [d for d in read_trace(Path(mut["trace"])) if d.short]
+
+
+def test_patchset_test_on_the_patched_tree(project: Project) -> None:
+    report = run_tests(project, "metal-replay", ops=["ACC", "SET", "CPY"])
+    by_program = {p.program: p for p in report.programs}
+    assert set(by_program) == {"test-backend-ops", "patchset-replay-selftest"}
+    ops = by_program["test-backend-ops"]
+    assert ops.verdict == testrun.PASSED, ops.failing_lines()
+    seen = {c.name for c in ops.cases if c.status == testrun.PASS}
+    assert seen == {"ACC", "SET", "CPY"}
+    assert [c for c in ops.cases if c.name == "ACC" and "4096" in c.params and c.status == testrun.PASS]
+    # quantized copies have no kernel model: reported as not supported, not compared
+    assert [c for c in ops.cases if "q4_0" in c.params and c.status == testrun.SKIP]
+    assert ops.notes and "0 wrote fewer elements" in ops.notes[0]
+    selftest = by_program["patchset-replay-selftest"]
+    assert selftest.verdict == testrun.PASSED
+    names = {c.name for c in selftest.cases}
+    assert names == {"CPY_MODEL", "BIN_MODEL", "MODEL_SOURCE"}
+
+
+def test_a_failed_lookup_fails_only_its_own_graph(project: Project, tmp_path: Path) -> None:
+    """Patch 1's own test, built with the replay: the replay counts failed lookups per graph compute as patch 1
+    does (the bad graph fails, the good one and the next one succeed, two backends on two threads apart)."""
+    program = "test-metal-buffer-lookup"
+    assert (project.work_repo / "tests" / f"{program}.cpp").exists()
+    spec = buildmod.BuildSpec(source=project.work_repo, build_dir=project.build_root / "metal-replay-minimal",
+                              backend="metal-replay", programs=("test-backend-ops", program), jobs=2)
+    result = buildmod.build(spec)
+    assert result.ok, f"{result.first_error} (log {result.log})"
+    r = testrun.run_program(result.bin_dir, testrun.Invocation(program, (), trace_env="GGML_METAL_REPLAY_TRACE"),
+                            tmp_path / "lookup.log")
+    assert r.verdict == testrun.PASSED, r.failing_lines()
+    assert "device MTL0-REPLAY" in r.log.read_text()
+    assert r.passed >= 4
+    # the dispatches of the bad graphs were not run: their nil binding is in the trace
+    assert any(d.nil and not d.ran for d in read_trace(r.trace or Path()))
+
+
+def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_path: Path) -> None:
+    work = GitRepo(project.work_repo)
+    pin_src = tmp_path / "pin"
+    work.run("worktree", "add", "--detach", str(pin_src), "upstream")
+    try:
+        spec = buildmod.BuildSpec(source=pin_src, build_dir=project.build_root / "metal-replay-minimal",
+                                  backend="metal-replay", programs=("test-backend-ops",), jobs=2)
+        result = buildmod.build(spec)
+        assert result.ok, f"{result.first_error} (log {result.log})"
+        log_dir = tmp_path / "logs"
+        prof = buildmod.profile("metal-replay")
+        ops = testrun.run_program(result.bin_dir, testrun.Invocation(
+            "test-backend-ops", ("test", "-o", "ACC,SET,CPY", "-b", prof.device), trace_env=prof.trace_env),
+            log_dir / "ops.log")
+        assert ops.verdict == testrun.PASSED, ops.failing_lines()
+        assert not [c for c in ops.cases if "4096" in c.params]  # the pin has no wide cases
+        check = testrun.Invocation(prof.selftest or "", ("--tree", str(pin_src)))
+        selftest = testrun.run_program(result.bin_dir, check, log_dir / "selftest.log")
+        assert selftest.verdict == testrun.PASSED
+        # nothing was patched into the tree
+        assert GitRepo(pin_src).out("status", "--porcelain", "--untracked-files=all") == ""
+
+        # a kernel that changes under its model is noticed: the copy kernel with its column block taken from the
+        # row instead of tgpig[0]/ne01
+        drifted = tmp_path / "drifted"
+        shutil.copytree(pin_src / "ggml" / "src" / "ggml-metal", drifted / "ggml" / "src" / "ggml-metal")
+        shader = drifted / "ggml" / "src" / "ggml-metal" / "kernels" / "quantize.metal"
+        text = shader.read_text()
+        assert "tgpig[0]/args.ne01" in text
+        shader.write_text(text.replace("tgpig[0]/args.ne01", "tgpig[0]%args.ne01", 1))
+        check = testrun.Invocation(prof.selftest or "", ("--tree", str(drifted)))
+        drift = testrun.run_program(result.bin_dir, check, log_dir / "drift.log")
+        assert drift.verdict == testrun.FAILED
+        bad = [c for c in drift.cases if c.status == testrun.FAIL]
+        assert bad and all(c.name == "MODEL_SOURCE" and "kernel_cpy_" in c.params for c in bad)
+        assert all("changed since the model was written" in c.detail for c in bad)
+    finally:
+        work.run("worktree", "remove", "--force", str(pin_src))

@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
 
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import write_json, write_junit
-from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
-from builder.console import console
+from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport, series_ops
+from builder.console import CliProgress, console
 from builder.errors import EXIT_FAILED
-from builder.pipeline import run_tests
+from builder.fsutil import atomic_write, atomic_write_text
+from builder.pipeline import declared_tests, run_tests
 from builder.project import Project
+from builder.prove import sweep as sweepmod
+from builder.series.model import load_series
 
 NAME = "test"
 HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"
@@ -26,6 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, help="test-backend-ops mode (default: grad on cpu, test elsewhere)")
     p.add_argument("--json", type=Path, help="write per-case results as JSON")
     p.add_argument("--junit", type=Path, help="write JUnit XML")
+    p.add_argument("--against", metavar="REF",
+                   help="regression sweep: build and run the same tests on REF of the work repository (e.g. "
+                        "upstream, the pin) and on the patched tree, and compare them case by case")
+    p.add_argument("--workers", type=int, default=1,
+                   help="test-backend-ops parallel workers (-j; test mode only)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs for --against's builds")
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --against's builds (default: native)")
 
 
 def print_report(report: TestReport) -> None:
@@ -49,6 +61,8 @@ def print_report(report: TestReport) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> int:
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
+    if args.against:
+        return _sweep(args, project, ops)
     report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all)
     print_report(report)
     if args.json:
@@ -59,5 +73,52 @@ def run(args: argparse.Namespace, project: Project) -> int:
         return EXIT_FAILED
     if report.nothing_checked:
         console.print(f"nothing checked by: {', '.join(report.nothing_checked)}: exit 1")
+        return EXIT_FAILED
+    return 0
+
+
+def print_sweep(r: sweepmod.SweepReport) -> None:
+    ops = ",".join(r.ops) if r.ops else "all ops"
+    table = Table("", r.against, "patched", title=f"patchset test --against {r.against}: backend {r.backend}, "
+                  f"mode {r.mode}, {ops}")
+    for status in ("pass", "fail", "crash", "skip"):
+        table.add_row(status, str(r.counts.get(f"other.{status}", 0)), str(r.counts.get(f"patched.{status}", 0)))
+    table.add_row("program runs", str(len(r.other.programs)), str(len(r.patched.programs)))
+    console.print(table)
+    console.print(f"{r.compared} case(s) compared in {r.duration_s:.0f}s", highlight=False)
+    for cat in sweepmod.CATEGORIES:
+        changes = r.of(cat)
+        style = "red" if cat in sweepmod.REGRESSION_CATEGORIES else (
+            "green" if cat == sweepmod.NEWLY_PASSING else "yellow")
+        console.print(f"[{style}]{cat}: {len(changes)}[/]")
+        for c in changes[:25]:
+            console.print(f"  {c.program} {c.backend} {c.case}: {c.before} -> {c.after}", highlight=False, markup=False)
+        if len(changes) > 25:
+            console.print(f"  ... {len(changes) - 25} more (see --json)")
+    for t in (r.other, r.patched):
+        if t.crashes:
+            console.print(f"{t.label}: crashed inside one op, later cases of it not run: {', '.join(t.crashes)}",
+                          highlight=False, markup=False)
+
+
+def _sweep(args: argparse.Namespace, project: Project, ops: list[str] | None) -> int:
+    opts = sweepmod.SweepOptions(
+        backend=args.backend, mode=args.mode, ops=None if args.all or not ops else tuple(ops),
+        against=args.against, jobs=args.jobs, cuda_arch=args.cuda_arch, workers=args.workers,
+    )
+    if not args.all and not ops:
+        opts = replace(opts, ops=tuple(series_ops(declared_tests(load_series(project.patches_dir), args.backend)))
+                       or None)
+    r = sweepmod.sweep(project, opts, CliProgress())
+    print_sweep(r)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(sweepmod.sweep_dict(r), indent=1) + "\n")
+    if args.junit:
+        atomic_write(args.junit, sweepmod.sweep_junit(r))
+    if r.regressions:
+        console.print(f"{len(r.regressions)} regression(s) against {r.against}: exit 1")
+        return EXIT_FAILED
+    if not r.compared:
+        console.print("nothing compared: no case ran in both trees: exit 1")
         return EXIT_FAILED
     return 0

@@ -1,0 +1,421 @@
+"""Regression sweep: the same test programs on the pin and on the patched tree, compared case by case.
+
+`patchset test --against upstream` builds the other tree (default: branch `upstream` of the work
+repository, the pin) in one extra worktree (`.patchset/against/<ref>`, like verify's), reuses the
+patched tree's own build (`patchset build`'s folder), runs the same invocations on both, and
+sorts every case into: newly failing (a regression), newly passing, failing in both (upstream's
+own, listed and not blamed on the series), newly skipped, and only in one tree.
+
+A test-backend-ops run that crashes (the pin's `grad` mode aborts on REGLU's backward pass)
+hides every case after the crash. Such a run is split and run again: first into its own `-o`
+entries, then by op-name prefix (`^A`, `^B`, ..., `^R`, `^RE`, ... `^REGLU$`), each level
+covering the whole name space (a `^P[^...]` entry takes the names no known op starts with), so
+one abort costs only the cases of its own op after it. test-backend-ops reads an entry with `^`
+as a regex matched against the op name; it has no parentheses, which it would read as a full
+case string.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from builder import proc
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
+from builder.build.testrun import CRASH, FAIL, PASS, SKIP, CaseResult, Invocation, ProgramResult
+from builder.errors import BuildError, InputError, ProcessError
+from builder.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
+from builder.progress import NullProgress, ProgressSink
+from builder.project import Project
+from builder.prove.verify import checkout_detached
+from builder.series.model import load_series
+from builder.series.workrepo import PATCHED, UPSTREAM
+
+TBO = "test-backend-ops"
+FAILING = (FAIL, CRASH)
+
+# categories of the comparison, in report order
+NEWLY_FAILING = "newly failing"
+NEW_FAILING = "new case failing"
+NEWLY_PASSING = "newly passing"
+FAILING_IN_BOTH = "failing in both"
+NEWLY_SKIPPED = "newly skipped"
+ONLY_OTHER = "only in the other tree"
+ONLY_PATCHED = "only in the patched tree"
+REGRESSION_CATEGORIES = (NEWLY_FAILING, NEW_FAILING)
+CATEGORIES = (NEWLY_FAILING, NEW_FAILING, NEWLY_PASSING, FAILING_IN_BOTH, NEWLY_SKIPPED, ONLY_OTHER, ONLY_PATCHED)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    backend: str = "cpu"
+    mode: str | None = None
+    """test-backend-ops mode; None: the backend's default (grad on the CPU, test elsewhere)."""
+    ops: tuple[str, ...] | None = None
+    """`-o` entries (op names or regexes); None: every op."""
+    against: str = UPSTREAM
+    """The work repository's ref to compare the patched tree with."""
+    jobs: int | None = None
+    """Parallel compile jobs."""
+    cuda_arch: str | None = None
+    workers: int = 1
+    """test-backend-ops `-j`: parallel workers (test mode only)."""
+    timeout_s: float | None = 3600
+    """Per program run."""
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    """One tree's build and the program runs the sweep made on it."""
+
+    label: str
+    """'upstream' (or the --against ref) or 'patched'."""
+    commit: str
+    tree_id: str
+    build_dir: Path
+    build_s: float
+    build_steps: int
+    programs: tuple[ProgramResult, ...]
+    split_runs: int = 0
+    """Runs made to split crashed test-backend-ops runs."""
+    crashes: tuple[str, ...] = ()
+    """`-o` entries whose run still crashed after splitting as far as names go."""
+
+    def cases(self) -> dict[tuple, CaseResult]:
+        return keyed_cases(self.programs)
+
+
+@dataclass(frozen=True)
+class Change:
+    category: str
+    program: str
+    case: str
+    backend: str
+    before: str | None
+    """Status on the other tree (None: no such case there)."""
+    after: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    backend: str
+    mode: str
+    ops: tuple[str, ...] | None
+    against: str
+    other: TreeRun
+    patched: TreeRun
+    changes: tuple[Change, ...]
+    counts: dict[str, int] = field(default_factory=dict)
+    """Cases per status in each tree and per category."""
+    duration_s: float = 0.0
+
+    def of(self, category: str) -> list[Change]:
+        return [c for c in self.changes if c.category == category]
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.category in REGRESSION_CATEGORIES]
+
+    @property
+    def compared(self) -> int:
+        return self.counts.get("compared", 0)
+
+
+# -- case identity ------------------------------------------------------------------------------------
+def keyed_cases(programs: tuple[ProgramResult, ...]) -> dict[tuple, CaseResult]:
+    """Every case under a key that is the same in both trees: program, backend, variant, name,
+    params, and which occurrence of that name it is (a few test cases are listed twice)."""
+    out: dict[tuple, CaseResult] = {}
+    seen: Counter[tuple] = Counter()
+    for p in programs:
+        for c in p.cases:
+            base = (p.program, c.backend, c.variant, c.name, c.params)
+            seen[base] += 1
+            out[(*base, seen[base])] = c
+    return out
+
+
+def _case_label(key: tuple) -> str:
+    _program, _backend, variant, name, params, n = key
+    return f"{name}({params})" + (f" [{variant}]" if variant else "") + (f" #{n}" if n > 1 else "")
+
+
+def compare(other: TreeRun, patched: TreeRun) -> tuple[list[Change], dict[str, int]]:
+    a, b = other.cases(), patched.cases()
+    changes: list[Change] = []
+    counts: Counter[str] = Counter()
+    for key in [*a, *[k for k in b if k not in a]]:
+        before, after = a.get(key), b.get(key)
+        sb, sa = (before.status if before else None), (after.status if after else None)
+        if before and after:
+            counts["compared"] += 1
+        if before is None:
+            cat = NEW_FAILING if sa in FAILING else ONLY_PATCHED
+        elif after is None:
+            cat = ONLY_OTHER
+        elif sa in FAILING and sb in FAILING:
+            cat = FAILING_IN_BOTH
+        elif sa in FAILING:
+            cat = NEWLY_FAILING
+        elif sb in FAILING and sa == PASS:
+            cat = NEWLY_PASSING
+        elif sb == PASS and sa == SKIP:
+            cat = NEWLY_SKIPPED
+        else:
+            continue
+        counts[cat] += 1
+        shown = after if after is not None else before
+        assert shown is not None
+        changes.append(Change(cat, key[0], _case_label(key), key[1], sb, sa, shown.detail))
+    for label, cases in (("other", a), ("patched", b)):
+        for c in cases.values():
+            counts[f"{label}.{c.status}"] += 1
+    return changes, dict(counts)
+
+
+# -- splitting a crashed test-backend-ops run ---------------------------------------------------------
+_PLAIN = re.compile(r"^[A-Z0-9_]+$")
+_PREFIX = re.compile(r"^\^([A-Z0-9_]*)$")
+
+
+def split_entries(entries: tuple[str, ...] | None, known: set[str]) -> list[tuple[str, ...]]:
+    """The `-o` filters that together select exactly what `entries` selects, each smaller.
+
+    Empty when it cannot be split any further (one op name, an exact `^NAME$`, or a regex of the
+    user's own).
+    """
+    if entries is not None and len(entries) > 1:
+        return [(e,) for e in entries]
+    if entries is None:
+        prefix = ""
+    else:
+        m = _PREFIX.match(entries[0])
+        if not m:
+            return []
+        prefix = m.group(1)
+    nxt = sorted({n[len(prefix)] for n in known if n.startswith(prefix) and len(n) > len(prefix)})
+    parts: list[tuple[str, ...]] = [(f"^{prefix}$",)] if prefix else []
+    parts += [(f"^{prefix}{c}",) for c in nxt]
+    parts.append((f"^{prefix}[^{''.join(nxt)}]",) if nxt else (f"^{prefix}.",))
+    return parts
+
+
+def list_ops(bin_dir: Path) -> set[str]:
+    """The op names test-backend-ops knows (`--list-ops`); empty when it cannot say."""
+    try:
+        out = proc.run([str(bin_dir / TBO), "--list-ops"], timeout=120, cwd=bin_dir).stdout
+    except ProcessError:
+        return set()
+    return {m.group(1) for m in re.finditer(r"^  ([A-Z0-9_]+)$", out, re.MULTILINE)}
+
+
+def _crashed(r: ProgramResult) -> bool:
+    return r.signal_name is not None or any(c.status == CRASH for c in r.cases)
+
+
+def _with_filter(args: tuple[str, ...], entries: tuple[str, ...] | None) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == "-o" and i + 1 < len(args):
+            skip = True
+            continue
+        out.append(a)
+    if entries:
+        out[1:1] = ["-o", ",".join(entries)]
+    return tuple(out)
+
+
+def _filter_of(args: tuple[str, ...]) -> tuple[str, ...] | None:
+    for i, a in enumerate(args):
+        if a == "-o" and i + 1 < len(args):
+            return tuple(args[i + 1].split(","))
+    return None
+
+
+def _crash_marker(r: ProgramResult) -> ProgramResult:
+    """A crashed run whose output ended between cases gets one case that says so, so that the crash
+    is compared like any other failing case (keyed by the filter that was run)."""
+    if any(c.status == CRASH for c in r.cases):
+        return r
+    how = r.signal_name or f"exit {r.returncode}"
+    marker = CaseResult(r.program, "", "(crashed)", " ".join(r.args), CRASH, f"killed by {how} between cases")
+    return replace(r, cases=(*r.cases, marker))
+
+
+def _exit_marker(r: ProgramResult) -> ProgramResult:
+    """A run that exits non-zero with no failing case (e.g. a failed check outside the case list)."""
+    if r.returncode == 0 or r.signal_name or r.failed:
+        return r
+    marker = CaseResult(r.program, "", "(exit status)", " ".join(r.args), FAIL, f"exit {r.returncode}, no case failed")
+    return replace(r, cases=(*r.cases, marker))
+
+
+class TreeRunner:
+    """Runs the sweep's invocations on one built tree, splitting crashed test-backend-ops runs."""
+
+    def __init__(self, bin_dir: Path, log_dir: Path, known: set[str], timeout_s: float | None,
+                 progress: ProgressSink) -> None:
+        self.bin_dir = bin_dir
+        self.log_dir = log_dir
+        self.known = known
+        self.timeout_s = timeout_s
+        self.progress = progress
+        self.runs = 0
+        self.split_runs = 0
+        self.crashes: list[str] = []
+
+    def run(self, inv: Invocation) -> list[ProgramResult]:
+        self.runs += 1
+        label = " ".join(inv.args)[:60]
+        self.progress.begin(f"{inv.program} {label}", None)
+        r = testrun.run_program(self.bin_dir, inv, self.log_dir / f"{self.runs:04d}-{inv.program}.log",
+                                timeout=self.timeout_s)
+        self.progress.end()
+        self.known.update(c.name for c in r.cases if _PLAIN.match(c.name))
+        if inv.program != TBO or not _crashed(r):
+            return [_exit_marker(r)]
+        entries = _filter_of(inv.args)
+        if not self.known:
+            self.known.update(list_ops(self.bin_dir))
+        parts = split_entries(entries, self.known)
+        if not parts:
+            self.crashes.append(",".join(entries or ("(all)",)))
+            return [_crash_marker(r)]
+        out: list[ProgramResult] = []
+        for part in parts:
+            self.split_runs += 1
+            out += self.run(replace(inv, args=_with_filter(inv.args, part)))
+        return out
+
+
+# -- the trees ----------------------------------------------------------------------------------------
+def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = None) -> SweepReport:
+    progress = progress or NullProgress()
+    start = time.monotonic()
+    prof = buildmod.profile(opts.backend)
+    mode = opts.mode or testrun.default_mode(opts.backend)
+    if mode not in testrun.MODES:
+        raise InputError(f"unknown mode '{mode}' (known: {', '.join(testrun.MODES)})")
+    if opts.workers > 1 and mode != "test":
+        raise InputError("--workers: test-backend-ops runs parallel workers in test mode only")
+    work, _ = ensure_patched(project, progress)
+    git = work.git
+    other_commit = git.rev(opts.against) or git.rev(f"refs/heads/{opts.against}")
+    if other_commit is None:
+        raise InputError(f"--against {opts.against}: no such ref in the work repository {work.path}")
+    series = load_series(project.patches_dir)
+    declared = declared_tests(series, opts.backend)
+
+    patched_build = run_build(project, opts.backend, "minimal", opts.jobs, cuda_arch=opts.cuda_arch,
+                              progress=progress)
+    if not patched_build.ok:
+        raise _build_error("patched", patched_build)
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", opts.against)
+    src = project.state_dir / "against" / safe
+    checkout_detached(git, src, other_commit)
+    other_spec = buildmod.BuildSpec(
+        source=src, build_dir=build_dir(project, opts.backend, f"against-{safe}"), backend=opts.backend,
+        programs=programs_for(src, series), jobs=opts.jobs, cuda_arch=opts.cuda_arch,
+    )
+    other_build = buildmod.build(other_spec, progress)
+    if not other_build.ok:
+        raise _build_error(opts.against, other_build)
+
+    known: set[str] = set()
+    runs: dict[str, TreeRun] = {}
+    for label, commit, result in (("patched", git.rev(PATCHED) or "", patched_build),
+                                  (opts.against, other_commit, other_build)):
+        extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS
+                 and (result.bin_dir / prog).exists()]
+        invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra)
+        if opts.workers > 1:
+            invs = [replace(i, args=(*i.args, "-j", str(opts.workers))) if i.program == TBO else i for i in invs]
+        log_dir = project.state_dir / "sweep" / f"{opts.backend}-{mode}" / ("patched" if label == "patched" else
+                                                                          f"against-{safe}")
+        runner = TreeRunner(result.bin_dir, log_dir, known, opts.timeout_s, progress)
+        programs: list[ProgramResult] = []
+        for inv in invs:
+            programs += runner.run(inv)
+        runs[label] = TreeRun(label, commit, git.tree_of(commit), result.build_dir, round(result.duration_s, 1),
+                              result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes))
+    changes, counts = compare(runs[opts.against], runs["patched"])
+    return SweepReport(opts.backend, mode, opts.ops, opts.against, runs[opts.against], runs["patched"],
+                       tuple(changes), counts, round(time.monotonic() - start, 1))
+
+
+def _build_error(label: str, r: buildmod.BuildResult) -> BuildError:
+    where = f": {r.first_error}" if r.first_error else ""
+    return BuildError(f"the {label} tree failed to build{where} (log {r.log})")
+
+
+# -- files other tools read ----------------------------------------------------------------------------
+def _run_dict(p: ProgramResult) -> dict:
+    return {"program": p.program, "args": list(p.args), "returncode": p.returncode, "signal": p.signal_name,
+            "verdict": p.verdict, "passed": p.passed, "failed": p.failed, "skipped": p.skipped,
+            "duration_s": round(p.duration_s, 3), "log": str(p.log)}
+
+
+def _tree_dict(t: TreeRun) -> dict:
+    return {"label": t.label, "commit": t.commit, "tree": t.tree_id, "build_dir": str(t.build_dir),
+            "build_s": t.build_s, "build_steps": t.build_steps, "split_runs": t.split_runs,
+            "unsplittable_crashes": list(t.crashes), "runs": [_run_dict(p) for p in t.programs]}
+
+
+def sweep_dict(r: SweepReport) -> dict:
+    """The sweep as JSON: counts, every case that is not passing-in-both-unchanged, and each run."""
+    return {
+        "format": "patchset-sweep/1", "backend": r.backend, "mode": r.mode,
+        "ops": list(r.ops) if r.ops else None, "against": r.against, "duration_s": r.duration_s,
+        "regressions": len(r.regressions), "counts": r.counts,
+        "changes": {cat: [{"program": c.program, "case": c.case, "backend": c.backend, "before": c.before,
+                           "after": c.after, "detail": c.detail[:300]} for c in r.of(cat)] for cat in CATEGORIES},
+        "trees": {"other": _tree_dict(r.other), "patched": _tree_dict(r.patched)},
+    }
+
+
+def sweep_junit(r: SweepReport) -> bytes:
+    """JUnit XML: one test case per case of the patched tree (and per case that vanished from it).
+
+    Only a regression is a failure; a case failing in both trees is reported as skipped with the
+    reason, so that upstream's own failures do not turn a CI dashboard red.
+    """
+    by_key = {(c.program, c.case, c.backend): c for c in r.changes}
+    suites = ET.Element("testsuites", name=f"patchset sweep {r.backend} {r.mode} against {r.against}")
+    groups: dict[str, list[tuple[tuple, CaseResult]]] = {}
+    for key, case in r.patched.cases().items():
+        groups.setdefault(key[0], []).append((key, case))
+    for key, case in r.other.cases().items():
+        if key not in r.patched.cases():
+            groups.setdefault(key[0], []).append((key, case))
+    for program, items in groups.items():
+        suite = ET.SubElement(suites, "testsuite", name=program, tests=str(len(items)))
+        failures = skipped = 0
+        for key, case in items:
+            label = _case_label(key)
+            tc = ET.SubElement(suite, "testcase", classname=f"{program}.{case.backend or 'all'}", name=label)
+            ch = by_key.get((program, label, key[1]))
+            if ch is None:
+                if case.status == SKIP:
+                    ET.SubElement(tc, "skipped", message=case.detail or "skipped")
+                    skipped += 1
+                continue
+            if ch.category in REGRESSION_CATEGORIES:
+                ET.SubElement(tc, "failure", message=f"{ch.category}: {ch.before} -> {ch.after}").text = ch.detail
+                failures += 1
+            elif ch.category in (FAILING_IN_BOTH, ONLY_OTHER, NEWLY_SKIPPED) or case.status == SKIP:
+                ET.SubElement(tc, "skipped", message=f"{ch.category} ({ch.before} -> {ch.after})")
+                skipped += 1
+        suite.set("failures", str(failures))
+        suite.set("skipped", str(skipped))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -1,0 +1,183 @@
+"""The regression sweep: splitting crashed runs, and the case-by-case comparison of two trees."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from builder.build.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console
+from builder.progress import NullProgress
+from builder.prove.sweep import (
+    FAILING_IN_BOTH,
+    NEW_FAILING,
+    NEWLY_FAILING,
+    NEWLY_PASSING,
+    NEWLY_SKIPPED,
+    ONLY_OTHER,
+    ONLY_PATCHED,
+    SweepReport,
+    TreeRun,
+    TreeRunner,
+    compare,
+    split_entries,
+    sweep_dict,
+    sweep_junit,
+)
+from tests.test_testrun import compile_c
+
+DATA = Path(__file__).parent / "data"
+
+# A stand-in for test-backend-ops that reads `-o` as the real one does (plain names exactly, anything
+# else as an extended regex on the op name) and aborts in the middle of REGLU, like the pin's grad
+# mode. Op names come in test-case order, not sorted, as in the real program.
+FAKE_TBO = r"""
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char * OPS[] = {"ADD", "ABS", "REGLU", "RELU", "REPEAT", "ROPE", "SET", "ACC", "SOFTCAP", "CPY"};
+static const int N_OPS = 10;
+
+static int entry_matches(const char * e, const char * op) {
+    if (strcmp(e, op) == 0) return 1;
+    int plain = 1;
+    for (const char * c = e; *c; c++) if (!((*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) plain = 0;
+    if (plain) return 0;
+    regex_t re;
+    if (regcomp(&re, e, REG_EXTENDED | REG_NOSUB) != 0) return 0;
+    int ok = regexec(&re, op, 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
+static int selected(const char * filter, const char * op) {
+    if (!filter) return 1;
+    char buf[4096];
+    strncpy(buf, filter, sizeof(buf) - 1);
+    buf[sizeof(buf) - 1] = 0;
+    for (char * e = strtok(buf, ","); e; e = strtok(NULL, ",")) if (entry_matches(e, op)) return 1;
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    const char * filter = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--list-ops") == 0) {
+            /* the real list has no fused names such as SOFTCAP: splitting must still reach them */
+            printf("GGML operations:\n  ABS\n  ACC\n  ADD\n  CPY\n  REGLU\n  RELU\n  REPEAT\n  ROPE\n  SET\n");
+            return 0;
+        }
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) filter = argv[++i];
+    }
+    printf("Backend 1/1: CPU\n");
+    int n = 0;
+    for (int k = 0; k < N_OPS; k++) {
+        if (!selected(filter, OPS[k])) continue;
+        for (int j = 0; j < 2; j++) {
+            printf("  %s(x=%d): ", OPS[k], j);
+            if (strcmp(OPS[k], "REGLU") == 0 && j == 1) { fflush(stdout); abort(); }
+            printf(strcmp(OPS[k], "CPY") == 0 && j == 0 ? "FAIL\n" : "OK\n");
+            n++;
+        }
+    }
+    printf("  %d/%d tests passed\n", n, n);
+    return 0;
+}
+"""
+
+
+def test_split_covers_the_name_space_level_by_level() -> None:
+    known = {"ABS", "ACC", "ADD", "REGLU", "RELU", "REPEAT", "ROPE"}
+    assert split_entries(None, known) == [("^A",), ("^R",), ("^[^AR]",)]
+    assert split_entries(("^R",), known) == [("^R$",), ("^RE",), ("^RO",), ("^R[^EO]",)]
+    assert split_entries(("^REG",), known) == [("^REG$",), ("^REGL",), ("^REG[^L]",)]
+    assert split_entries(("^REGLU",), known) == [("^REGLU$",), ("^REGLU.",)]
+    # several entries: one run each; an op name, an exact match, or a regex of the user's: no further
+    assert split_entries(("ACC", "^S"), known) == [("ACC",), ("^S",)]
+    for leaf in (("ACC",), ("^REGLU$",), ("^[A-C]",)):
+        assert split_entries(leaf, known) == []
+
+
+def test_a_crash_is_split_away_and_every_other_case_still_runs(tmp_path: Path) -> None:
+    bin_dir = compile_c(tmp_path, "test-backend-ops", FAKE_TBO)
+    runner = TreeRunner(bin_dir, tmp_path / "logs", set(), 60, NullProgress())
+    results = runner.run(Invocation("test-backend-ops", ("grad",)))
+    cases = {(c.name, c.params): c.status for r in results for c in r.cases}
+    # the whole run died in REGLU; split by name, everything after it ran, including SOFTCAP,
+    # which --list-ops does not name
+    for op in ("ADD", "ABS", "RELU", "REPEAT", "ROPE", "SET", "ACC", "SOFTCAP"):
+        assert cases[(op, "x=0")] == PASS and cases[(op, "x=1")] == PASS, op
+    assert cases[("CPY", "x=0")] == FAIL
+    assert cases[("REGLU", "x=0")] == PASS
+    assert cases[("REGLU", "x=1")] == CRASH
+    assert runner.crashes == ["^REGLU$"]
+    assert runner.split_runs > 0
+    # the args each run got: the mode stays first, the filter follows it
+    assert all(r.args[0] == "grad" for r in results)
+    assert ("grad", "-o", "^REGLU$") in [r.args for r in results]
+
+
+def _program(name: str, text: str) -> ProgramResult:
+    cases, totals, skipped = parse_console(text, name)
+    return ProgramResult(name, (), 0, None, tuple(cases), 0.1, Path("log"), totals, tuple(skipped))
+
+
+def _tree(label: str, *programs: ProgramResult) -> TreeRun:
+    return TreeRun(label, "0" * 40, "1" * 40, Path("b"), 1.0, 1, programs)
+
+
+def test_compare_sorts_cases_into_categories() -> None:
+    pin = (DATA / "backend-ops-grad-acc-pin.txt").read_text()
+    broken = (DATA / "backend-ops-grad-acc-broken.txt").read_text()
+    # the same cases on both trees: nothing to report
+    changes, counts = compare(_tree("upstream", _program("test-backend-ops", pin)),
+                              _tree("patched", _program("test-backend-ops", pin)))
+    assert changes == [] and counts["compared"] == 12
+    # broken on the patched side: the case that fails there is newly failing (its second line: grad
+    # mode prints the forward check, then the gradient check under SUM, which the parser names ACC)
+    changes, _ = compare(_tree("upstream", _program("test-backend-ops", pin)),
+                         _tree("patched", _program("test-backend-ops", broken)))
+    assert [(c.category, c.case, c.before, c.after) for c in changes] == [
+        (NEWLY_FAILING, "ACC(type=f32,ne_a=[256,17,1,1],ne_b=[256,16,1,1],stride_dim=-1) #2", PASS, FAIL)]
+    # the other way round it is a fix
+    changes, _ = compare(_tree("upstream", _program("test-backend-ops", broken)),
+                         _tree("patched", _program("test-backend-ops", pin)))
+    assert [c.category for c in changes] == [NEWLY_PASSING]
+
+    lines = ["Backend 1/1: CPU", "  A(x=1): OK", "  B(x=1): FAIL", "  C(x=1): OK", "  D(x=1): OK"]
+    other = _program("p", "\n".join(lines))
+    lines2 = ["Backend 1/1: CPU", "  A(x=1): OK", "  B(x=1): FAIL", "  C(x=1): not supported [CPU]",
+              "  E(x=1): FAIL", "  F(x=1): OK"]
+    changes, counts = compare(_tree("upstream", other), _tree("patched", _program("p", "\n".join(lines2))))
+    got = {c.case: c.category for c in changes}
+    assert got == {"B(x=1)": FAILING_IN_BOTH, "C(x=1)": NEWLY_SKIPPED, "D(x=1)": ONLY_OTHER,
+                   "E(x=1)": NEW_FAILING, "F(x=1)": ONLY_PATCHED}
+    assert counts["compared"] == 3
+
+
+def test_repeated_cases_are_compared_by_occurrence() -> None:
+    a = _program("p", "Backend 1/1: CPU\n  A(x=1): OK\n  A(x=1): OK\n")
+    b = _program("p", "Backend 1/1: CPU\n  A(x=1): OK\n  A(x=1): FAIL\n")
+    changes, _ = compare(_tree("upstream", a), _tree("patched", b))
+    assert [(c.category, c.case) for c in changes] == [(NEWLY_FAILING, "A(x=1) #2")]
+
+
+def test_json_and_junit_name_regressions_and_only_those_fail(tmp_path: Path) -> None:
+    a = _program("p", "Backend 1/1: CPU\n  A(x=1): OK\n  B(x=1): FAIL\n  C(x=1): FAIL\n")
+    b = _program("p", "Backend 1/1: CPU\n  A(x=1): FAIL\n  B(x=1): FAIL\n  C(x=1): OK\n")
+    other, patched = _tree("upstream", a), _tree("patched", b)
+    changes, counts = compare(other, patched)
+    r = SweepReport("cpu", "grad", None, "upstream", other, patched, tuple(changes), counts)
+    d = json.loads(json.dumps(sweep_dict(r)))
+    assert d["regressions"] == 1
+    assert [c["case"] for c in d["changes"][NEWLY_FAILING]] == ["A(x=1)"]
+    assert [c["case"] for c in d["changes"][FAILING_IN_BOTH]] == ["B(x=1)"]
+    assert [c["case"] for c in d["changes"][NEWLY_PASSING]] == ["C(x=1)"]
+    root = ET.fromstring(sweep_junit(r))
+    cases = {tc.get("name"): tc for tc in root.iter("testcase")}
+    assert cases["A(x=1)"].find("failure") is not None
+    assert cases["B(x=1)"].find("failure") is None and cases["B(x=1)"].find("skipped") is not None
+    assert len(list(cases["C(x=1)"])) == 0
+    assert root.find("testsuite").get("failures") == "1"

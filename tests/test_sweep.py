@@ -43,7 +43,9 @@ static const int N_OPS = 10;
 static int entry_matches(const char * e, const char * op) {
     if (strcmp(e, op) == 0) return 1;
     int plain = 1;
-    for (const char * c = e; *c; c++) if (!((*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) plain = 0;
+    for (const char * c = e; *c; c++) {
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) plain = 0;
+    }
     if (plain) return 0;
     regex_t re;
     if (regcomp(&re, e, REG_EXTENDED | REG_NOSUB) != 0) return 0;

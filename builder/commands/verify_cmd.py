@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.table import Table
 
@@ -8,7 +9,9 @@ from builder.build.cmakebuild import PROFILES
 from builder.console import CliProgress, console
 from builder.errors import EXIT_FAILED, EXIT_NOT_PROVEN
 from builder.project import Project
+from builder.prove import backends_doc
 from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
+from builder.series.model import load_series
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"
@@ -19,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", choices=list(PROFILES),
                    help="backend to verify on (repeatable; default: every backend this machine has)")
     p.add_argument("--report", action="store_true", help="print the table of recorded outcomes and exit")
+    p.add_argument("--markdown", nargs="?", type=Path, const=Path("docs/backends.md"), metavar="FILE",
+                   help="with --report: regenerate the table of FILE (default docs/backends.md) from the committed "
+                        "evidence under docs/evidence/<backend>/; text outside its markers is kept")
     p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
     p.add_argument("--jobs", "-j", type=int)
 
@@ -42,6 +48,11 @@ def print_verdicts(report: VerifyReport) -> None:
 
 
 def run(args: argparse.Namespace, project: Project) -> int:
+    if args.markdown:
+        target = args.markdown if args.markdown.is_absolute() else project.root / args.markdown
+        changed = backends_doc.write(load_series(project.patches_dir), project.root / "docs" / "evidence", target)
+        console.print(f"{target}: {'regenerated' if changed else 'up to date'}", highlight=False)
+        return 0
     if args.report:
         rows = report_table(project)
         table = Table("patch", *PROFILES, title="recorded verify outcomes (.patchset/evidence)")

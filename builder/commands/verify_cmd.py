@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "evidence under docs/evidence/<backend>/; text outside its markers is kept")
     p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
     p.add_argument("--jobs", "-j", type=int)
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
+                   "used, so that the patched tree's build is reused")
 
 
 def _style(outcome: str) -> str:
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace, project: Project) -> int:
         console.print(table)
         return 0
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
-                    jobs=args.jobs)
+                    jobs=args.jobs, cuda_arch=args.cuda_arch)
     print_verdicts(report)
     if report.regressed:
         return EXIT_FAILED

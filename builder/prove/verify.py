@@ -164,8 +164,9 @@ def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
 
 class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
-                 jobs: int | None = None) -> None:
+                 jobs: int | None = None, cuda_arch: str | None = None) -> None:
         self.project = project
+        self.cuda_arch = cuda_arch
         self.progress = progress or NullProgress()
         self.reuse = reuse
         self.jobs = jobs
@@ -210,7 +211,7 @@ class Verifier:
         present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
             source=src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
-            targets=targets, programs=present, jobs=self.jobs, build_targets=present,
+            targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
         )
         if reuse:
             spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
@@ -380,8 +381,9 @@ def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
 
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
-           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None) -> VerifyReport:
-    v = Verifier(project, progress, reuse, jobs)
+           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
+           cuda_arch: str | None = None) -> VerifyReport:
+    v = Verifier(project, progress, reuse, jobs, cuda_arch)
     chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
     trees = v.make_trees()
     backends = backends or list(available_backends())

@@ -21,7 +21,7 @@ cd "$root"
 
 backend=cuda
 carry=.cudabuild
-cuda_arch=
+cuda_arch=90
 workers=1
 deadline=570
 steps=()
@@ -107,15 +107,16 @@ step fetch "$ps" fetch --bundle "$carry/llama.cpp.bundle" || exit
 step apply "$ps" apply || exit
 
 arch=()
-# default: CMake's `native` (the GPU that is there), as verify builds too: one set of flags, so
-# that verify reuses the build of the patched tree instead of compiling ggml-cuda again
-[ -n "$cuda_arch" ] && arch=(--cuda-arch "$cuda_arch")
+# one architecture for build, verify and the sweep (default 90: the H200; `native` works too where
+# CMake can see the GPU): the same flags, so verify reuses the patched tree's build instead of
+# compiling ggml-cuda again
+[ "$backend" = cuda ] && [ -n "$cuda_arch" ] && arch=(--cuda-arch "$cuda_arch")
 for s in "${steps[@]}"; do
     case "$s" in
         main)
             step build "$ps" build --backend "$backend" "${arch[@]}" || { status=1; continue; }
             step test "$ps" test --backend "$backend" --json "$out/test.json" || status=1
-            step verify "$ps" verify --backend "$backend" || status=1
+            step verify "$ps" verify --backend "$backend" "${arch[@]}" || status=1
             "$py" - "$root/.patchset/evidence" "$backend" "$out/verify.json" <<'PY' || status=1
 import json, pathlib, sys
 ev, backend, out = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])

@@ -1,22 +1,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
 
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import write_json, write_junit
-from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport, series_ops
-from builder.console import CliProgress, console
+from builder.build.testrun import CRASHED, FAILED, MODES, NOTHING, TestReport
+from builder.commands import sweep_view
+from builder.console import console
 from builder.errors import EXIT_FAILED
-from builder.fsutil import atomic_write, atomic_write_text
-from builder.pipeline import declared_tests, run_tests
+from builder.pipeline import run_tests
 from builder.project import Project
-from builder.prove import sweep as sweepmod
-from builder.series.model import load_series
 
 NAME = "test"
 HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"
@@ -62,7 +58,7 @@ def print_report(report: TestReport) -> None:
 def run(args: argparse.Namespace, project: Project) -> int:
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
     if args.against:
-        return _sweep(args, project, ops)
+        return sweep_view.run_sweep(args, project, ops)
     report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all)
     print_report(report)
     if args.json:
@@ -76,49 +72,3 @@ def run(args: argparse.Namespace, project: Project) -> int:
         return EXIT_FAILED
     return 0
 
-
-def print_sweep(r: sweepmod.SweepReport) -> None:
-    ops = ",".join(r.ops) if r.ops else "all ops"
-    table = Table("", r.against, "patched", title=f"patchset test --against {r.against}: backend {r.backend}, "
-                  f"mode {r.mode}, {ops}")
-    for status in ("pass", "fail", "crash", "skip"):
-        table.add_row(status, str(r.counts.get(f"other.{status}", 0)), str(r.counts.get(f"patched.{status}", 0)))
-    table.add_row("program runs", str(len(r.other.programs)), str(len(r.patched.programs)))
-    console.print(table)
-    console.print(f"{r.compared} case(s) compared in {r.duration_s:.0f}s", highlight=False)
-    for cat in sweepmod.CATEGORIES:
-        changes = r.of(cat)
-        style = "red" if cat in sweepmod.REGRESSION_CATEGORIES else (
-            "green" if cat == sweepmod.NEWLY_PASSING else "yellow")
-        console.print(f"[{style}]{cat}: {len(changes)}[/]")
-        for c in changes[:25]:
-            console.print(f"  {c.program} {c.backend} {c.case}: {c.before} -> {c.after}", highlight=False, markup=False)
-        if len(changes) > 25:
-            console.print(f"  ... {len(changes) - 25} more (see --json)")
-    for t in (r.other, r.patched):
-        if t.crashes:
-            console.print(f"{t.label}: crashed inside one op, later cases of it not run: {', '.join(t.crashes)}",
-                          highlight=False, markup=False)
-
-
-def _sweep(args: argparse.Namespace, project: Project, ops: list[str] | None) -> int:
-    opts = sweepmod.SweepOptions(
-        backend=args.backend, mode=args.mode, ops=None if args.all or not ops else tuple(ops),
-        against=args.against, jobs=args.jobs, cuda_arch=args.cuda_arch, workers=args.workers,
-    )
-    if not args.all and not ops:
-        opts = replace(opts, ops=tuple(series_ops(declared_tests(load_series(project.patches_dir), args.backend)))
-                       or None)
-    r = sweepmod.sweep(project, opts, CliProgress())
-    print_sweep(r)
-    if args.json:
-        atomic_write_text(args.json, json.dumps(sweepmod.sweep_dict(r), indent=1) + "\n")
-    if args.junit:
-        atomic_write(args.junit, sweepmod.sweep_junit(r))
-    if r.regressions:
-        console.print(f"{len(r.regressions)} regression(s) against {r.against}: exit 1")
-        return EXIT_FAILED
-    if not r.compared:
-        console.print("nothing compared: no case ran in both trees: exit 1")
-        return EXIT_FAILED
-    return 0

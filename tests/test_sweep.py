@@ -6,7 +6,11 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+from helpers import Proj
+
 from builder.build.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console
+from builder.cli import main
 from builder.progress import NullProgress
 from builder.prove.sweep import (
     FAILING_IN_BOTH,
@@ -183,3 +187,13 @@ def test_json_and_junit_name_regressions_and_only_those_fail(tmp_path: Path) -> 
     assert cases["B(x=1)"].find("failure") is None and cases["B(x=1)"].find("skipped") is not None
     assert len(list(cases["C(x=1)"])) == 0
     assert root.find("testsuite").get("failures") == "1"
+
+
+def test_cli_refuses_what_cannot_run_here_before_building(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    root = ["--project", str(proj.root)]
+    assert main([*root, "test", "--against", "upstream", "--backend", "metal"]) == 2
+    assert "metal tests cannot run on linux" in capsys.readouterr().err
+    assert main([*root, "test", "--against", "upstream", "--mode", "grad", "--workers", "4"]) == 2
+    assert "test mode only" in capsys.readouterr().err
+    assert main([*root, "test", "--against", "no-such-ref", "--all"]) == 2
+    assert "--against no-such-ref: no such ref" in capsys.readouterr().err

@@ -19,6 +19,7 @@ case string.
 from __future__ import annotations
 
 import re
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -310,6 +311,8 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     progress = progress or NullProgress()
     start = time.monotonic()
     prof = buildmod.profile(opts.backend)
+    if sys.platform not in prof.platforms:
+        raise InputError(f"{opts.backend} tests cannot run on {sys.platform}: not run here")
     mode = opts.mode or testrun.default_mode(opts.backend)
     if mode not in testrun.MODES:
         raise InputError(f"unknown mode '{mode}' (known: {', '.join(testrun.MODES)})")

@@ -3,7 +3,7 @@
 # tools/gpu/prepare.sh made, through the real CLI, and write parsed results (JSON) to $OUT.
 #
 #   tools/gpu/run.sh [--backend cuda|cpu] [--carry DIR] [--cuda-arch A] [--workers N]
-#                    [--deadline SECONDS] STEP...
+#                    [--deadline SECONDS] [--verify-patches "N ..."] STEP...
 #
 # Steps, run in order (each writes into $OUT; at most 8 files come back from a device call):
 #   main              patchset build, test and verify on the patched tree -> test.json, verify.json
@@ -24,6 +24,7 @@ carry=.cudabuild
 cuda_arch=90
 workers=1
 deadline=570
+verify_patches=""
 steps=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,6 +33,7 @@ while [ $# -gt 0 ]; do
         --cuda-arch) cuda_arch=$2; shift 2 ;;
         --workers) workers=$2; shift 2 ;;
         --deadline) deadline=$2; shift 2 ;;
+        --verify-patches) verify_patches=$2; shift 2 ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) steps+=("$1"); shift ;;
     esac
@@ -116,7 +118,8 @@ for s in "${steps[@]}"; do
         main)
             step build "$ps" build --backend "$backend" "${arch[@]}" || { status=1; continue; }
             step test "$ps" test --backend "$backend" --json "$out/test.json" || status=1
-            step verify "$ps" verify --backend "$backend" "${arch[@]}" || status=1
+            # shellcheck disable=SC2086  # a list of patch numbers, split on purpose
+            step verify "$ps" verify --backend "$backend" "${arch[@]}" $verify_patches || status=1
             "$py" - "$root/.patchset/evidence" "$backend" "$out/verify.json" <<'PY' || status=1
 import json, pathlib, sys
 ev, backend, out = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from builder.prove.sweep import (
     TreeRun,
     TreeRunner,
     compare,
+    complement,
+    excludable,
+    expand,
     split_entries,
     sweep_dict,
     sweep_junit,
@@ -106,23 +110,38 @@ def test_split_covers_the_name_space_level_by_level() -> None:
         assert split_entries(leaf, known) == []
 
 
-def test_a_crash_is_split_away_and_every_other_case_still_runs(tmp_path: Path) -> None:
+def test_complement_leaves_out_exactly_the_crashed_ops() -> None:
+    assert complement("", {"REGLU"}) == ["^[^R]", "^R$", "^R[^E]", "^RE$", "^RE[^G]", "^REG$", "^REG[^L]",
+                                         "^REGL$", "^REGL[^U]", "^REGLU."]
+    assert complement("S", set()) == ["^S"]
+    assert expand(("^S", "ACC", "^REGLU$"), frozenset({"ACC", "REGLU", "SET"})) == (
+        "^S$", "^S[^E]", "^SE$", "^SE[^T]", "^SET.")
+    # an op name matches an entry exactly as test-backend-ops matches it (a regex search on the name)
+    names = ["S", "SET", "SET_ROWS", "SCALE", "SEX", "SE", "SQR", "REGLU", "RELU"]
+    entries = expand(("^S", "^R"), frozenset({"SET", "REGLU"}))
+    chosen = {n for n in names if any(re.search(e, n) for e in entries)}
+    assert chosen == set(names) - {"SET", "REGLU"}
+    assert excludable(("^R",), "REGLU") and excludable(("ACC", "SET"), "SET")
+    assert not excludable(("^[A-C]",), "ACC")
+
+
+def test_a_crash_costs_one_more_run_and_every_other_case_still_runs(tmp_path: Path) -> None:
     bin_dir = compile_c(tmp_path, "test-backend-ops", FAKE_TBO)
     runner = TreeRunner(bin_dir, tmp_path / "logs", set(), 60, NullProgress())
     results = runner.run(Invocation("test-backend-ops", ("grad",)))
     cases = {(c.name, c.params): c.status for r in results for c in r.cases}
-    # the whole run died in REGLU; split by name, everything after it ran, including SOFTCAP,
-    # which --list-ops does not name
+    # the run of R died in REGLU; R less REGLU ran again, and so did everything after it,
+    # including SOFTCAP, which --list-ops does not name
     for op in ("ADD", "ABS", "RELU", "REPEAT", "ROPE", "SET", "ACC", "SOFTCAP"):
         assert cases[(op, "x=0")] == PASS and cases[(op, "x=1")] == PASS, op
     assert cases[("CPY", "x=0")] == FAIL
     assert cases[("REGLU", "x=0")] == PASS
     assert cases[("REGLU", "x=1")] == CRASH
-    assert runner.crashes == ["^REGLU$"]
-    assert runner.split_runs > 0
-    # the args each run got: the mode stays first, the filter follows it
+    assert sum(c.name == "RELU" for r in results for c in r.cases) == 2  # no case twice
+    assert runner.crashes == ["REGLU"]
+    # A, C, R, S and the names no known op starts with; then R again without REGLU
+    assert runner.runs == 6 and runner.split_runs == 1
     assert all(r.args[0] == "grad" for r in results)
-    assert ("grad", "-o", "^REGLU$") in [r.args for r in results]
 
 
 def _program(name: str, text: str) -> ProgramResult:

@@ -8,12 +8,12 @@ own, listed and not blamed on the series), newly skipped, and only in one tree.
 
 A test-backend-ops run that crashes (the pin's `grad` mode aborts on REGLU's backward pass)
 hides every case after the crash. A run of every op is made one run per first letter of the op
-names from the start; a run that crashes is split and run again: first into its own `-o`
-entries, then by op-name prefix (`^A`, `^B`, ..., `^R`, `^RE`, ... `^REGLU$`), each level
-covering the whole name space (a `^P[^...]` entry takes the names no known op starts with), so
-one abort costs only the cases of its own op after it. test-backend-ops reads an entry with `^`
-as a regex matched against the op name; it has no parentheses, which it would read as a full
-case string.
+names (`^A`, `^B`, ..., and `^[^AB...]` for names no known op starts with). When a run crashes in
+op X, X's cases up to the crash are kept and the same selection less X is run again
+(`^R` less REGLU is `^R$,^R[^E],^RE$,^RE[^G],...,^REGLU.`), so one abort costs only X's later
+cases and one more run. A crash between cases (no op to name) is split by name prefix instead.
+test-backend-ops reads an entry with `^` as a regex matched against the op name; the entries have
+no parentheses, which it would read as a full case string.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class TreeRun:
     split_runs: int = 0
     """Runs made to split crashed test-backend-ops runs."""
     crashes: tuple[str, ...] = ()
-    """`-o` entries whose run still crashed after splitting as far as names go."""
+    """Ops whose run crashed (their later cases did not run), or `-o` entries when no op was named."""
 
     def cases(self) -> dict[tuple, CaseResult]:
         return keyed_cases(self.programs)
@@ -281,29 +281,84 @@ class TreeRunner:
             # every op: one run per first letter from the start, so that a crash costs a re-run of
             # its letter's ops only (grad mode on the CPU crashes in about 24 ops at the pin)
             self.known.update(list_ops(self.bin_dir))
-            return [r for part in split_entries(None, self.known)
-                    for r in self.run(replace(inv, args=_with_filter(inv.args, part)))]
+            return [r for part in split_entries(None, self.known) for r in self._run(inv, part, frozenset())]
+        if inv.program != TBO:
+            return [_exit_marker(self._once(inv))]
+        return self._run(inv, _filter_of(inv.args), frozenset())
+
+    def _once(self, inv: Invocation) -> ProgramResult:
         self.runs += 1
-        label = " ".join(inv.args)[:60]
-        self.progress.begin(f"{inv.program} {label}", None)
+        self.progress.begin(f"{inv.program} {' '.join(inv.args)[:60]}", None)
         r = testrun.run_program(self.bin_dir, inv, self.log_dir / f"{self.runs:04d}-{inv.program}.log",
                                 timeout=self.timeout_s)
         self.progress.end()
         self.known.update(c.name for c in r.cases if _PLAIN.match(c.name))
-        if inv.program != TBO or not _crashed(r):
+        return r
+
+    def _run(self, inv: Invocation, base: tuple[str, ...] | None, excluded: frozenset[str]) -> list[ProgramResult]:
+        """Run the ops `base` selects less `excluded`; after a crash in op X, keep X's cases up to the
+        crash and run the rest again without X: one more run per crashing op."""
+        entries = expand(base, excluded) if base is not None else None
+        if entries == ():
+            return []
+        r = self._once(replace(inv, args=_with_filter(inv.args, entries)))
+        if not _crashed(r):
             return [_exit_marker(r)]
-        entries = _filter_of(inv.args)
+        crash = next((c.name for c in r.cases if c.status == CRASH), None)
+        if crash and base is not None and crash not in excluded and excludable(base, crash):
+            self.crashes.append(crash)
+            self.split_runs += 1
+            mine = replace(r, cases=tuple(c for c in r.cases if c.name == crash))
+            return [mine, *self._run(inv, base, excluded | {crash})]
+        # the crash named no op (it came between cases): split by name instead
         if not self.known:
             self.known.update(list_ops(self.bin_dir))
-        parts = split_entries(entries, self.known)
+        parts = split_entries(entries, self.known) if not excluded else []
         if not parts:
             self.crashes.append(",".join(entries or ("(all)",)))
             return [_crash_marker(r)]
         out: list[ProgramResult] = []
         for part in parts:
             self.split_runs += 1
-            out += self.run(replace(inv, args=_with_filter(inv.args, part)))
+            out += self._run(inv, part, frozenset())
         return out
+
+
+def complement(prefix: str, excluded: set[str] | frozenset[str]) -> list[str]:
+    """`-o` entries for every op name that starts with `prefix`, except the `excluded` ones.
+
+    Regex classes only (`^RE[^G]`, `^REG$`, ...): test-backend-ops reads an entry with a
+    parenthesis as a full case string, so there is no `(?!...)`.
+    """
+    under = {n for n in excluded if n.startswith(prefix)}
+    if not under:
+        return [f"^{prefix}"]
+    nxt = sorted({n[len(prefix)] for n in under if len(n) > len(prefix)})
+    out = [f"^{prefix}$"] if prefix and prefix not in under else []
+    out.append(f"^{prefix}[^{''.join(nxt)}]" if nxt else f"^{prefix}.")
+    for c in nxt:
+        out += complement(prefix + c, under)
+    return out
+
+
+def expand(base: tuple[str, ...], excluded: frozenset[str]) -> tuple[str, ...]:
+    """The `-o` entries of `base` less the ops in `excluded`."""
+    out: list[str] = []
+    for e in base:
+        m = _PREFIX.match(e)
+        if e in excluded or (e.startswith("^") and e.endswith("$") and e[1:-1] in excluded):
+            continue
+        out += complement(m.group(1), excluded) if m else [e]
+    return tuple(out)
+
+
+def excludable(base: tuple[str, ...], name: str) -> bool:
+    """Whether `expand` can leave op `name` out of `base` (not when only a regex of the user's selects it)."""
+    for e in base:
+        m = _PREFIX.match(e)
+        if e in (name, f"^{name}$") or (m and name.startswith(m.group(1))):
+            return True
+    return False
 
 
 # -- the trees ----------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -314,6 +315,9 @@ class TreeRunner:
             self.crashes.append(crash)
             self.split_runs += 1
             mine = _crash_marker(replace(r, cases=tuple(c for c in r.cases if c.name == crash)), crash)
+            if len(base) > 1:
+                # one entry at a time from here, so that the next crash re-runs only its own entry
+                return [mine, *(x for e in base for x in self._run(inv, (e,), excluded | {crash}))]
             return [mine, *self._run(inv, base, excluded | {crash})]
         # the crash named no op (it came between cases): split by name instead
         if not self.known:
@@ -401,10 +405,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     if not other_build.ok:
         raise _build_error(opts.against, other_build)
 
-    known: set[str] = set()
-    runs: dict[str, TreeRun] = {}
-    for label, commit, result in (("patched", git.rev(PATCHED) or "", patched_build),
-                                  (opts.against, other_commit, other_build)):
+    def run_tree(label: str, commit: str, result: buildmod.BuildResult, sink: ProgressSink) -> TreeRun:
         extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS
                  and (result.bin_dir / prog).exists()]
         invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra)
@@ -412,12 +413,17 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
             invs = [replace(i, args=(*i.args, "-j", str(opts.workers))) if i.program == TBO else i for i in invs]
         log_dir = project.state_dir / "sweep" / f"{opts.backend}-{mode}" / ("patched" if label == "patched" else
                                                                           f"against-{safe}")
-        runner = TreeRunner(result.bin_dir, log_dir, known, opts.timeout_s, progress)
-        programs: list[ProgramResult] = []
-        for inv in invs:
-            programs += runner.run(inv)
-        runs[label] = TreeRun(label, commit, git.tree_of(commit), result.build_dir, round(result.duration_s, 1),
-                              result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes))
+        runner = TreeRunner(result.bin_dir, log_dir, set(), opts.timeout_s, sink)
+        programs = [r for inv in invs for r in runner.run(inv)]
+        return TreeRun(label, commit, git.tree_of(commit), result.build_dir, round(result.duration_s, 1),
+                       result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes))
+
+    # the two trees run side by side: their programs are independent, and each run of a test
+    # program is mostly one thread (a whole grad-mode sweep on the CPU takes tens of minutes)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        mine = pool.submit(run_tree, "patched", git.rev(PATCHED) or "", patched_build, progress)
+        theirs = pool.submit(run_tree, opts.against, other_commit, other_build, NullProgress())
+        runs = {"patched": mine.result(), opts.against: theirs.result()}
     changes, counts = compare(runs[opts.against], runs["patched"])
     return SweepReport(opts.backend, mode, opts.ops, opts.against, runs[opts.against], runs["patched"],
                        tuple(changes), counts, round(time.monotonic() - start, 1))

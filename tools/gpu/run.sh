@@ -45,7 +45,7 @@ log="$out/log.txt"
 start=$(date +%s)
 export PATCHSET_CACHE="$root/.patchset/cache" NO_COLOR=1 PYTHONUNBUFFERED=1
 venv="$root/.patchset/gpu-venv"
-ledger="$root/.patchset/gpu-ledger.tsv"
+ledger="$root/.patchset/gpu-ledger-$$.tsv"
 mkdir -p "$root/.patchset"
 : > "$ledger"
 status=0

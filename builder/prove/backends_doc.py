@@ -131,7 +131,7 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
         first = ev.runs[0]
         files = sorted(p.name for p in ev.folder.iterdir() if p.suffix == ".json")
         out += [f"- machine: {_machine(first)}; {first.get('host', {}).get('platform', '')}"
-                + (f"; {first['nvcc']}" if first.get("nvcc") else ""),
+                + (f"; {first['nvcc']}" if first.get("nvcc") and first.get("gpu") else ""),
                 f"- pin: {first.get('pin', {}).get('tag', '')} `{first.get('pin', {}).get('commit', '')}`; patches: "
                 + ", ".join(f"{x['name'][:4]} `{x['sha256'][:12]}`" for x in first.get("patches", [])),
                 "- evidence: " + ", ".join(_link(ev, f, docs_dir) for f in files), ""]
@@ -144,7 +144,7 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
         if ev.sweeps:
             out += ["Regression sweeps against the pin (`patchset test --against upstream`):", "",
                     "| sweep | mode | ops | cases compared | regressions | newly passing | failing in both | "
-                    "only in the pin | only patched | crashes left after splitting |",
+                    "only in the pin | only patched | ops that crashed (later cases not run) |",
                     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for name, s in ev.sweeps:
                 c = s.get("counts", {})

@@ -66,7 +66,7 @@ def test_generated_from_evidence_files_and_hand_text_kept(tmp_path: Path) -> Non
     assert "not run" in row4  # metal: no evidence committed
     assert "NVIDIA H200, 16 cores" in block
     assert "| 2026-11-30T04:00:00Z | build | `patchset build --backend cuda` | 0 | 271 |" in block
-    assert "| a | test | ^A | 120 | 0 | 2 | 0 | 0 | 5 | 0 |" in block
+    assert "| a | test | ^A | 120 | 0 | 2 | 0 | 0 | 0 | 5 | 0 |" in block
     assert "[verify.json](evidence/cuda/verify.json)" in block
     assert ".github/workflows/metal.yml" in block
 

@@ -33,7 +33,9 @@ def print_sweep(r: sweepmod.SweepReport) -> None:
             "green" if cat == sweepmod.NEWLY_PASSING else "yellow")
         console.print(f"[{style}]{cat}: {len(changes)}[/]")
         for c in changes[:25]:
-            console.print(f"  {c.program} {c.backend} {c.case}: {c.before} -> {c.after}", highlight=False, markup=False)
+            reruns = f" (re-runs: {c.reruns})" if c.reruns else ""
+            console.print(f"  {c.program} {c.backend} {c.case}: {c.before} -> {c.after}{reruns}", highlight=False,
+                          markup=False)
         if len(changes) > 25:
             console.print(f"  ... {len(changes) - 25} more (see --json)")
     for t in (r.other, r.patched):
@@ -45,7 +47,7 @@ def print_sweep(r: sweepmod.SweepReport) -> None:
 def run_sweep(args: argparse.Namespace, project: Project, ops: list[str] | None) -> int:
     opts = sweepmod.SweepOptions(
         backend=args.backend, mode=args.mode, ops=None if args.all or not ops else tuple(ops),
-        against=args.against, jobs=args.jobs, cuda_arch=args.cuda_arch, workers=args.workers,
+        against=args.against, jobs=args.jobs, cuda_arch=args.cuda_arch, workers=args.workers, confirm=args.confirm,
     )
     if not args.all and not ops:
         opts = replace(opts, ops=tuple(series_ops(declared_tests(load_series(project.patches_dir), args.backend)))

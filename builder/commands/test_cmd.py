@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "upstream, the pin) and on the patched tree, and compare them case by case")
     p.add_argument("--workers", type=int, default=1,
                    help="test-backend-ops parallel workers (-j; test mode only)")
+    p.add_argument("--confirm", type=int, default=3, metavar="N",
+                   help="with --against: re-run each case that changed N times on both trees; a case that "
+                        "varies within a tree is flaky, not a regression (default 3; 0: off)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs for --against's builds")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --against's builds (default: native)")
 

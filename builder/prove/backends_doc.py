@@ -143,9 +143,9 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
         out.append("")
         if ev.sweeps:
             out += ["Regression sweeps against the pin (`patchset test --against upstream`):", "",
-                    "| sweep | mode | ops | cases compared | regressions | newly passing | failing in both | "
+                    "| sweep | mode | ops | cases compared | regressions | newly passing | flaky | failing in both | "
                     "only in the pin | only patched | ops that crashed (later cases not run) |",
-                    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for name, s in ev.sweeps:
                 c = s.get("counts", {})
                 crashes = [*s["trees"]["other"].get("unsplittable_crashes", []),
@@ -154,6 +154,7 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
                 only_new = c.get("only in the patched tree", 0) + c.get("new case failing", 0)
                 out.append(f"| {name} | {s.get('mode')} | {','.join(s['ops']) if s.get('ops') else 'all'} | "
                            f"{c.get('compared', 0)} | {s.get('regressions', 0)} | {c.get('newly passing', 0)} | "
+                           f"{c.get('flaky', 0)} | "
                            f"{c.get('failing in both', 0)} | {only_other} | {only_new} | "
                            f"{len(set(crashes))} |")
             out.append("")

@@ -50,8 +50,12 @@ FAILING_IN_BOTH = "failing in both"
 NEWLY_SKIPPED = "newly skipped"
 ONLY_OTHER = "only in the other tree"
 ONLY_PATCHED = "only in the patched tree"
+FLAKY = "flaky"
+"""Changed between the trees, but re-runs of the case disagree within one tree (random inputs)."""
 REGRESSION_CATEGORIES = (NEWLY_FAILING, NEW_FAILING)
-CATEGORIES = (NEWLY_FAILING, NEW_FAILING, NEWLY_PASSING, FAILING_IN_BOTH, NEWLY_SKIPPED, ONLY_OTHER, ONLY_PATCHED)
+CATEGORIES = (NEWLY_FAILING, NEW_FAILING, NEWLY_PASSING, FLAKY, FAILING_IN_BOTH, NEWLY_SKIPPED, ONLY_OTHER,
+              ONLY_PATCHED)
+CONFIRMED = (NEWLY_FAILING, NEW_FAILING, NEWLY_PASSING)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class SweepOptions:
     """test-backend-ops `-j`: parallel workers (test mode only)."""
     timeout_s: float | None = 3600
     """Per program run."""
+    confirm: int = 3
+    """Re-runs, on both trees, of each test-backend-ops case that changed, before it counts (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,10 @@ class Change:
     """Status on the other tree (None: no such case there)."""
     after: str | None
     detail: str = ""
+    name: str = ""
+    params: str = ""
+    reruns: str = ""
+    """What the confirmation re-runs saw, per tree (`upstream F F F, patched F F F`)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,7 @@ class SweepReport:
     counts: dict[str, int] = field(default_factory=dict)
     """Cases per status in each tree and per category."""
     duration_s: float = 0.0
+    confirm: int = 0
 
     def of(self, category: str) -> list[Change]:
         return [c for c in self.changes if c.category == category]
@@ -175,7 +186,7 @@ def compare(other: TreeRun, patched: TreeRun) -> tuple[list[Change], dict[str, i
         counts[cat] += 1
         shown = after if after is not None else before
         assert shown is not None
-        changes.append(Change(cat, key[0], _case_label(key), key[1], sb, sa, shown.detail))
+        changes.append(Change(cat, key[0], _case_label(key), key[1], sb, sa, shown.detail, key[3], key[4]))
     for label, cases in (("other", a), ("patched", b)):
         for c in cases.values():
             counts[f"{label}.{c.status}"] += 1
@@ -405,6 +416,8 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     if not other_build.ok:
         raise _build_error(opts.against, other_build)
 
+    tbo_inv: dict[str, Invocation] = {}
+
     def run_tree(label: str, commit: str, result: buildmod.BuildResult, sink: ProgressSink) -> TreeRun:
         extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS
                  and (result.bin_dir / prog).exists()]
@@ -414,6 +427,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
         log_dir = project.state_dir / "sweep" / f"{opts.backend}-{mode}" / ("patched" if label == "patched" else
                                                                           f"against-{safe}")
         runner = TreeRunner(result.bin_dir, log_dir, set(), opts.timeout_s, sink)
+        tbo_inv[label] = next(i for i in invs if i.program == TBO)
         programs = [r for inv in invs for r in runner.run(inv)]
         return TreeRun(label, commit, git.tree_of(commit), result.build_dir, round(result.duration_s, 1),
                        result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes))
@@ -425,8 +439,68 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
         theirs = pool.submit(run_tree, opts.against, other_commit, other_build, NullProgress())
         runs = {"patched": mine.result(), opts.against: theirs.result()}
     changes, counts = compare(runs[opts.against], runs["patched"])
+    if opts.confirm:
+        changes, counts = _confirm(changes, counts, runs, tbo_inv, opts, project.state_dir / "sweep" /
+                                   f"{opts.backend}-{mode}" / "confirm")
     return SweepReport(opts.backend, mode, opts.ops, opts.against, runs[opts.against], runs["patched"],
-                       tuple(changes), counts, round(time.monotonic() - start, 1))
+                       tuple(changes), counts, round(time.monotonic() - start, 1), opts.confirm)
+
+
+def _confirm(changes: list[Change], counts: dict[str, int], runs: dict[str, TreeRun], invs: dict[str, Invocation],
+             opts: SweepOptions, log_dir: Path) -> tuple[list[Change], dict[str, int]]:
+    """Re-run every test-backend-ops case that changed between the trees `opts.confirm` times on
+    each tree (by its full case string, one process per tree and round); a case whose outcome
+    varies within a tree is flaky (grad mode's finite differences on random inputs are), not a
+    regression or a fix."""
+    todo = [c for c in changes if c.category in CONFIRMED and c.program == TBO and c.name and
+            not c.name.startswith("(")]
+    if not todo:
+        return changes, counts
+    cases = list(dict.fromkeys(f"{c.name}({c.params})" for c in todo))
+
+    def rounds(label: str) -> list[dict[str, str]]:
+        t = runs[label]
+        seen: list[dict[str, str]] = []
+        for i in range(opts.confirm):
+            inv = replace(invs[label], args=_with_filter(invs[label].args, tuple(cases)))
+            r = testrun.run_program(t.build_dir / "bin", inv, log_dir / label / f"{i + 1:02d}.log",
+                                    timeout=opts.timeout_s)
+            out: dict[str, str] = {}
+            for c in r.cases:
+                k = f"{c.name}({c.params})"
+                if c.status in FAILING or out.get(k) in FAILING:
+                    out[k] = FAIL
+                elif c.status == PASS or out.get(k) == PASS:
+                    out[k] = PASS
+                else:
+                    out[k] = c.status
+            seen.append(out)
+        return seen
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {label: pool.submit(rounds, label) for label in runs}
+        seen = {label: f.result() for label, f in futures.items()}
+    other = next(label for label in runs if label != "patched")
+    counts = dict(counts)
+    out: list[Change] = []
+    for c in changes:
+        if c not in todo:
+            out.append(c)
+            continue
+        k = f"{c.name}({c.params})"
+        per_tree = {label: [rnd.get(k, "none") for rnd in seen[label]] for label in runs}
+        note = ", ".join(f"{label} {' '.join(v[:1].upper() for v in per_tree[label])}" for label in (other, "patched"))
+        fails = {label: {v in FAILING for v in per_tree[label] if v != "none"} for label in runs}
+        steady = all(len(f) <= 1 for f in fails.values())
+        agrees = ((c.category == NEWLY_PASSING and fails[other] <= {True} and fails["patched"] <= {False}) or
+                  (c.category != NEWLY_PASSING and fails["patched"] <= {True} and fails[other] <= {False}))
+        if steady and agrees:
+            out.append(replace(c, reruns=note))
+        else:
+            counts[c.category] -= 1
+            counts[FLAKY] = counts.get(FLAKY, 0) + 1
+            out.append(replace(c, category=FLAKY, reruns=note))
+    return out, counts
 
 
 def _build_error(label: str, r: buildmod.BuildResult) -> BuildError:
@@ -453,8 +527,10 @@ def sweep_dict(r: SweepReport) -> dict:
         "format": "patchset-sweep/1", "backend": r.backend, "mode": r.mode,
         "ops": list(r.ops) if r.ops else None, "against": r.against, "duration_s": r.duration_s,
         "regressions": len(r.regressions), "counts": r.counts,
+        "confirm_runs": r.confirm,
         "changes": {cat: [{"program": c.program, "case": c.case, "backend": c.backend, "before": c.before,
-                           "after": c.after, "detail": c.detail[:300]} for c in r.of(cat)] for cat in CATEGORIES},
+                           "after": c.after, "detail": c.detail[:300], **({"reruns": c.reruns} if c.reruns else {})}
+                          for c in r.of(cat)] for cat in CATEGORIES},
         "trees": {"other": _tree_dict(r.other), "patched": _tree_dict(r.patched)},
     }
 

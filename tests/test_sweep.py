@@ -10,20 +10,23 @@ from pathlib import Path
 import pytest
 from helpers import Proj
 
-from builder.build.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console
+from builder.build.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console, run_program
 from builder.cli import main
 from builder.progress import NullProgress
 from builder.prove.sweep import (
     FAILING_IN_BOTH,
+    FLAKY,
     NEW_FAILING,
     NEWLY_FAILING,
     NEWLY_PASSING,
     NEWLY_SKIPPED,
     ONLY_OTHER,
     ONLY_PATCHED,
+    SweepOptions,
     SweepReport,
     TreeRun,
     TreeRunner,
+    _confirm,
     compare,
     complement,
     excludable,
@@ -220,3 +223,46 @@ def test_cli_refuses_what_cannot_run_here_before_building(proj: Proj, capsys: py
     assert "test mode only" in capsys.readouterr().err
     assert main([*root, "test", "--against", "no-such-ref", "--all"]) == 2
     assert "--against no-such-ref: no such ref" in capsys.readouterr().err
+
+
+FLIPPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* F fails every time on PATCHED; G fails every other run (a counter file in the cwd): flaky */
+int main(void) {
+    int n = 0;
+    FILE * f = fopen("runs.txt", "r");
+    if (f) { if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }
+    f = fopen("runs.txt", "w");
+    fprintf(f, "%d\n", n + 1);
+    fclose(f);
+    printf("Backend 1/1: CPU\n");
+    printf("  F(x=1): %s\n", PATCHED ? "FAIL" : "OK");
+    printf("  G(x=1): %s\n", PATCHED && n % 2 == 0 ? "FAIL" : "OK");
+    return 0;
+}
+"""
+
+
+def test_confirm_tells_a_steady_regression_from_a_flaky_case(tmp_path: Path) -> None:
+    trees = {}
+    for label, patched in (("upstream", 0), ("patched", 1)):
+        build = tmp_path / label
+        build.mkdir()
+        bin_dir = compile_c(build, "test-backend-ops", f"#define PATCHED {patched}\n" + FLIPPER)
+        r = testrun_program(bin_dir, build)
+        trees[label] = TreeRun(label, "0" * 40, "1" * 40, build, 1.0, 1, (r,))
+    changes, counts = compare(trees["upstream"], trees["patched"])
+    assert sorted(c.case for c in changes if c.category == NEWLY_FAILING) == ["F(x=1)", "G(x=1)"]
+    inv = Invocation("test-backend-ops", ("grad",))
+    got, counts = _confirm(changes, counts, trees, {"upstream": inv, "patched": inv},
+                           SweepOptions(confirm=3), tmp_path / "confirm")
+    by_case = {c.case: c for c in got}
+    assert by_case["F(x=1)"].category == NEWLY_FAILING
+    assert by_case["F(x=1)"].reruns == "upstream P P P, patched F F F"
+    assert by_case["G(x=1)"].category == FLAKY
+    assert counts[NEWLY_FAILING] == 1 and counts[FLAKY] == 1
+
+
+def testrun_program(bin_dir: Path, build: Path) -> ProgramResult:
+    return run_program(bin_dir, Invocation("test-backend-ops", ("grad",)), build / "first.log")

@@ -250,7 +250,7 @@ def test_confirm_tells_a_steady_regression_from_a_flaky_case(tmp_path: Path) -> 
         build = tmp_path / label
         build.mkdir()
         bin_dir = compile_c(build, "test-backend-ops", f"#define PATCHED {patched}\n" + FLIPPER)
-        r = testrun_program(bin_dir, build)
+        r = _first_run(bin_dir, build)
         trees[label] = TreeRun(label, "0" * 40, "1" * 40, build, 1.0, 1, (r,))
     changes, counts = compare(trees["upstream"], trees["patched"])
     assert sorted(c.case for c in changes if c.category == NEWLY_FAILING) == ["F(x=1)", "G(x=1)"]
@@ -264,5 +264,5 @@ def test_confirm_tells_a_steady_regression_from_a_flaky_case(tmp_path: Path) -> 
     assert counts[NEWLY_FAILING] == 1 and counts[FLAKY] == 1
 
 
-def testrun_program(bin_dir: Path, build: Path) -> ProgramResult:
+def _first_run(bin_dir: Path, build: Path) -> ProgramResult:
     return run_program(bin_dir, Invocation("test-backend-ops", ("grad",)), build / "first.log")

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from builder.build.testrun import FAILED, PASSED, series_ops
+from builder.gitrepo import GitRepo
 from builder.pipeline import run_build, run_tests
 from builder.project import Project, load_project
+from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
 from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series
 
@@ -81,8 +83,24 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     data = json.loads(outcomes[acc_set].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["after"]
     assert data["steps"][0]["verdict"] == "passes"
+    # its after tree is the work repository's own tree: built in `patchset build`'s folder, not again
+    assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'cpu-minimal'} ")
     # patch 3's proof includes its mutation, seen failing
     data = json.loads(outcomes[opt_free].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]
     assert data["steps"][2]["verdict"] == "fails"
     assert FAILED not in {s["verdict"] for s in data["steps"]}
+
+
+def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
+    r = sweep(project, SweepOptions(backend="cpu", mode="grad", ops=("ACC", "SET")))
+    assert r.regressions == [], [(c.case, c.before, c.after) for c in r.regressions]
+    assert r.compared > 20
+    # the pin's tree was built in its own worktree and folder; the patched one reused `built`
+    assert r.other.tree_id == GitRepo(project.work_repo).tree_of("upstream")
+    assert r.patched.build_dir == built.build_dir
+    # patch 4 adds 4096-wide ACC and SET cases: new in the patched tree, and passing there
+    new = r.of(ONLY_PATCHED)
+    assert any("4096" in c.case for c in new) and all(c.after == "pass" for c in new if "4096" in c.case)
+    d = sweep_dict(r)
+    assert d["regressions"] == 0 and d["trees"]["other"]["commit"] == r.other.commit

@@ -286,3 +286,14 @@ def test_test_mode_falls_back_to_the_console_lines(tmp_path: Path) -> None:
     assert r.totals_line == (1, 1)
     assert r.skipped_backends == ("CPU: Skipping CPU backend",)
     assert r.verdict == NOTHING
+
+
+def test_a_garbled_sql_row_counts_as_a_failure_not_an_error() -> None:
+    # with test-backend-ops -j N, a diagnostic printed by another worker can land inside a row
+    good = ("INSERT INTO test_backend_ops (backend_name, op_name, op_params, supported, passed, error_message) "
+            "VALUES ('CUDA0', 'ACC', 'ne=[4096,2,1,1]', '1', '1', '');")
+    garbled = ("INSERT INTO test_backend_ops (backend_name, op_name, op_params, supported, passed, error_message) "
+               "VALUES ('CUDA0', 'SET', [SET] NMSE = 0.5 > 1e-07 'ne=[2,2,1,1]', '1', '1');")
+    cases = parse_sql(good + "\n" + garbled + "\n")
+    assert [(c.name, c.status) for c in cases] == [("ACC", PASS), ("(unreadable SQL row)", FAIL)]
+    assert "NMSE" in cases[1].detail

@@ -8,6 +8,8 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series.apply import fetch
+from builder.upstream.fetch import export_bundle
+from builder.upstream.pin import load_pin
 
 NAME = "fetch"
 HELP = "fetch the pinned upstream into the cache from the first source that works, and verify it"
@@ -17,12 +19,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # the global `patchset --pin FILE fetch` works too; this spelling reads as the verb's own
     p.add_argument("--pin", dest="fetch_pin", type=Path, metavar="FILE",
                    help="fetch and verify this pin file instead of the project's (e.g. one `patchset pin` wrote)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--bundle", type=Path, metavar="FILE",
+                   help="try this git bundle (from --export-bundle) before the pin's sources: for a machine "
+                        "without network; its tree is checked against the pin")
+    g.add_argument("--export-bundle", type=Path, metavar="FILE",
+                   help="write the cached, verified pin as a git bundle to carry to such a machine")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.fetch_pin is not None:
         project = dataclasses.replace(project, pin_file=args.fetch_pin.resolve())
-    f = fetch(project, CliProgress())
+    if args.export_bundle:
+        f = fetch(project, CliProgress())
+        out = export_bundle(project.cache_dir, load_pin(project.pin_file), args.export_bundle)
+        console.print(f"bundle of {f.commit[:12]} (tree {f.tree}): {out} ({out.stat().st_size / 1e6:.1f} MB)",
+                      highlight=False)
+        return Outcome.OK
+    f = fetch(project, CliProgress(), bundle=args.bundle)
     how = "already in the cache" if f.cached else f"fetched from {f.source}"
     console.print(f"upstream tree {f.tree} verified ({how}); commit {f.commit[:12]} in {f.repo}")
     return Outcome.OK

@@ -8,6 +8,7 @@ from rich.table import Table
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import write_json, write_junit
 from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOTHING, TestReport
+from builder.commands import sweep_view
 from builder.console import console
 from builder.errors import Outcome
 from builder.pipeline import run_tests
@@ -27,11 +28,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write per-case results as JSON")
     p.add_argument("--junit", type=Path, help="write JUnit XML")
     add_timeout(p)
+    _add_sweep(p)
 
 
 def add_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"stop a test program that runs longer (a failed case; default {DEFAULT_TIMEOUT_S:g})")
+
+
+def _add_sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--against", metavar="REF",
+                   help="regression sweep: build and run the same tests on REF of the work repository (e.g. "
+                        "upstream, the pin) and on the patched tree, and compare them case by case")
+    p.add_argument("--workers", type=int, default=1,
+                   help="test-backend-ops parallel workers (-j; test mode only)")
+    p.add_argument("--confirm", type=int, default=3, metavar="N",
+                   help="with --against: re-run each case that changed N times on both trees; a case that "
+                        "varies within a tree is flaky, not a regression (default 3; 0: off)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs for --against's builds")
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --against's builds (default: native)")
 
 
 def print_report(report: TestReport) -> None:
@@ -73,6 +88,8 @@ def outcome(report: TestReport) -> Outcome:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
+    if args.against:
+        return sweep_view.run_sweep(args, project, ops)
     report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all, timeout=args.timeout)
     print_report(report)
     if args.json:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.table import Table
 
@@ -9,7 +10,9 @@ from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.project import Project
+from builder.prove import backends_doc
 from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
+from builder.series.model import load_series
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"
@@ -20,9 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", choices=list(PROFILES),
                    help="backend to verify on (repeatable; default: every backend this machine has)")
     p.add_argument("--report", action="store_true", help="print the table of recorded outcomes and exit")
+    p.add_argument("--markdown", nargs="?", type=Path, const=Path("docs/backends.md"), metavar="FILE",
+                   help="with --report: regenerate the table of FILE (default docs/backends.md) from the committed "
+                        "evidence under docs/evidence/<backend>/; text outside its markers is kept")
     p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
     p.add_argument("--jobs", "-j", type=int)
     add_timeout(p)
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
+                   "used, so that the patched tree's build is reused")
 
 
 def _style(outcome: str) -> str:
@@ -50,6 +58,11 @@ def outcome(report: VerifyReport) -> Outcome:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.markdown:
+        target = args.markdown if args.markdown.is_absolute() else project.root / args.markdown
+        changed = backends_doc.write(load_series(project.patches_dir), project.root / "docs" / "evidence", target)
+        console.print(f"{target}: {'regenerated' if changed else 'up to date'}", highlight=False)
+        return Outcome.OK
     if args.report:
         rows = report_table(project)
         table = Table("patch", *PROFILES, title="recorded verify outcomes (.patchset/evidence)")
@@ -58,6 +71,6 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print(table)
         return Outcome.OK
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
-                    jobs=args.jobs, timeout=args.timeout)
+                    jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch)
     print_verdicts(report)
     return outcome(report)

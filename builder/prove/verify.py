@@ -24,6 +24,7 @@ from builder.build import testrun
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
 from builder.locking import project_lock
+from builder.pipeline import programs_for
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence as ev
@@ -131,6 +132,25 @@ class TreeMaker:
         return trees
 
 
+def checkout_detached(git: GitRepo, path: Path, commit: str) -> None:
+    """Make `path` a worktree of `git` with exactly `commit` checked out (detached, clean).
+
+    One worktree per purpose, switched from tree to tree: a switch rewrites only the files that
+    differ, so the build folder beside it recompiles only those.
+    """
+    if not (path / ".git").exists():
+        if path.exists():
+            shutil.rmtree(path)
+        git.run("worktree", "prune")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git.run("worktree", "add", "--detach", "--force", str(path), commit)
+        return
+    wt = GitRepo(path)
+    if wt.rev("HEAD") != commit or wt.is_dirty():
+        wt.run("checkout", "--quiet", "--detach", "--force", commit)
+        wt.run("clean", "-fdxq")
+
+
 def _needs_full(source: Path, program: str) -> bool:
     """A test that includes llama's own headers cannot build against ggml alone."""
     f = source / "tests" / f"{program}.cpp"
@@ -150,9 +170,11 @@ def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
 
 class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
-                 jobs: int | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> None:
+                 jobs: int | None = None, cuda_arch: str | None = None, *,
+                 timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> None:
         self.project = project
         self.timeout = timeout
+        self.cuda_arch = cuda_arch
         self.progress = progress or NullProgress()
         self.reuse = reuse
         self.jobs = jobs
@@ -175,32 +197,36 @@ class Verifier:
                 self.series, self.project.patches_dir)
 
     def checkout(self, commit: str) -> None:
-        git = self.work.git
-        if not (self.src / ".git").exists():
-            if self.src.exists():
-                shutil.rmtree(self.src)
-            git.run("worktree", "prune")
-            self.root.mkdir(parents=True, exist_ok=True)
-            git.run("worktree", "add", "--detach", "--force", str(self.src), commit)
-        elif self._checked_out != commit:
-            wt = GitRepo(self.src)
-            wt.run("checkout", "--quiet", "--detach", "--force", commit)
-            wt.run("clean", "-fdxq")
+        if self._checked_out != commit:
+            checkout_detached(self.work.git, self.src, commit)
         self._checked_out = commit
 
     # -- one tree --------------------------------------------------------------------------------
+    def _is_work_tree(self, commit: str) -> bool:
+        """True when the work repository has exactly `commit`'s tree checked out, with no edits."""
+        git = self.work.git
+        return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
+
     def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec]) -> ev.Step:
-        self.checkout(commit)
+        # the tree `patchset build` built already (the after tree of the last patch, usually):
+        # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
+        reuse = self._is_work_tree(commit)
+        if not reuse:
+            self.checkout(commit)
+        src = self.work.path if reuse else self.src
         programs = tuple(dict.fromkeys(t.program for t in tests))
-        targets = "full" if any(_needs_full(self.src, p) for p in programs) else "minimal"
-        present = tuple(p for p in programs if (self.src / "tests" / f"{p}.cpp").exists()) or programs
+        targets = "full" if any(_needs_full(src, p) for p in programs) else "minimal"
+        present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
-            source=self.src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
-            targets=targets, programs=present, jobs=self.jobs, build_targets=present,
+            source=src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
+            targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
         )
-        extra = self._shared_programs(commit, present) if targets == "minimal" else ()
+        if reuse:
+            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
+                                       programs=programs_for(src, self.series) if targets == "minimal" else present)
+        extra = self._shared_programs(commit, present) if targets == "minimal" and not reuse else ()
         self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
-        used = dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
+        used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
         result = buildmod.build(used)
         if extra and not result.ok:
             # a program built ahead for a later tree must not decide this tree's verdict
@@ -211,7 +237,7 @@ class Verifier:
         tree_id = self.work.git.tree_of(commit)
         if not result.ok:
             errors = _compiler_errors(result.log)
-            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, self.src) for e in errors)
+            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
@@ -367,11 +393,11 @@ def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
 
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
-           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None, *,
-           timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> VerifyReport:
+           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
+           cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> VerifyReport:
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
-        return _verify(Verifier(project, progress, reuse, jobs, timeout=timeout), names, backends)
+        return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout), names, backends)
 
 
 def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) -> VerifyReport:

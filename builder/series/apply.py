@@ -38,8 +38,8 @@ class ApplyResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def fetch(project: Project, progress: ProgressSink | None = None) -> Fetched:
-    return upstream.fetch(project.cache_dir, load_pin(project.pin_file), progress)
+def fetch(project: Project, progress: ProgressSink | None = None, bundle: Path | None = None) -> Fetched:
+    return upstream.fetch(project.cache_dir, load_pin(project.pin_file), progress, bundle=bundle)
 
 
 def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin, Series, Fetched, WorkRepo]:

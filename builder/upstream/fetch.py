@@ -9,6 +9,7 @@ the cache exactly as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from builder.errors import ProcessError, ProcessTimeout, SourceError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream import mirror
-from builder.upstream.pin import GitSource, Pin, SdistSource, Source
+from builder.upstream.pin import BundleSource, GitSource, Pin, SdistSource, Source
 
 log = logging.getLogger("patchset")
 
@@ -49,6 +50,8 @@ class Fetched:
 def describe(src: Source) -> str:
     if isinstance(src, GitSource):
         return f"git {src.url}"
+    if isinstance(src, BundleSource):
+        return f"bundle {Path(src.path).name}"
     return f"sdist {src.requirement or src.url}"
 
 
@@ -93,11 +96,18 @@ def _expected_tree(pin: Pin, index: int | None) -> str:
     return pin.tree
 
 
-def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_timeout: float = 1800) -> Fetched:
-    """Make the pinned tree present and verified in the cache; a no-op when it already is."""
+def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_timeout: float = 1800,
+          bundle: Path | None = None) -> Fetched:
+    """Make the pinned tree present and verified in the cache; a no-op when it already is.
+
+    `bundle`: a git bundle (`export_bundle`) tried before the pin's own sources, for a machine
+    without network.
+    """
     found = lookup(cache_dir, pin)
     if found:
         return found
+    if bundle is not None:
+        pin = dataclasses.replace(pin, sources=(BundleSource(str(bundle.resolve())), *pin.sources))
     progress = progress or NullProgress()
     with cache_lock(cache_dir, lock_timeout):
         # another process may have fetched it while we waited for the lock
@@ -126,7 +136,10 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
     tmp_root = cache_dir / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
+    # a bundle given on the command line comes first; the record indexes the pin file's own sources
+    shift = sum(isinstance(s, BundleSource) for s in pin.sources)
     for index, src in enumerate(pin.sources):
+        known_index: int | None = index - shift
         log.info("fetching %s %s from %s", pin.name, pin.short, describe(src))
         quarantine = Path(tempfile.mkdtemp(prefix="quarantine-", dir=tmp_root))
         try:
@@ -136,6 +149,8 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
             )
             if isinstance(src, GitSource):
                 commit = _fetch_git(q, src, pin)
+            elif isinstance(src, BundleSource):
+                commit, known_index = _fetch_bundle(q, src, pin)
             else:
                 commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress=progress)
             _migrate_objects(quarantine / "q.git" / "objects", path / "objects")
@@ -150,7 +165,7 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
         record.parent.mkdir(exist_ok=True)
         record.write_text(json.dumps(
             {"commit": pin.commit, "local": commit, "tree": repo.tree_of(commit),
-             "source": describe(src), "source_index": index}, indent=1))
+             "source": describe(src), "source_index": known_index}, indent=1))
         return Fetched(path, commit, repo.tree_of(commit), describe(src), cached=False)
     raise SourceError(f"no source gave verified {pin.name} {pin.commit}:\n  " + "\n  ".join(failures))
 
@@ -182,6 +197,38 @@ def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:
         first = e.stderr.strip().splitlines()[:1] or [str(e)]
         raise SourceError(f"git fetch failed: {first[0]}") from e
     return q.out("rev-parse", "FETCH_HEAD^{commit}")
+
+
+def _fetch_bundle(q: GitRepo, src: BundleSource, pin: Pin) -> tuple[str, int | None]:
+    """The bundle's pin commit, and which of the pin's sources its tree is known from (None: the
+    pin's own tree). Its commit may be an sdist import, not upstream's: the tree id is what counts."""
+    try:
+        q.run("fetch", "--quiet", "--no-tags", src.path, pin_ref(pin), timeout=3600)
+    except ProcessError as e:
+        raise SourceError(f"{src.path}: cannot read {pin_ref(pin)} from the bundle: "
+                          f"{(e.stderr.strip().splitlines() or [''])[-1]}") from e
+    commit = q.out("rev-parse", "FETCH_HEAD")
+    tree = q.tree_of(commit)
+    if tree == pin.tree:
+        return commit, None
+    for i, other in enumerate(pin.sources):
+        if isinstance(other, SdistSource) and other.tree == tree:
+            return commit, i
+    raise SourceError(f"{src.path}: the bundle's tree {tree} is not the pinned tree {pin.tree}")
+
+
+def export_bundle(cache_dir: Path, pin: Pin, out: Path) -> Path:
+    """Write the cached, verified pin as a git bundle (one commit and its whole tree, no history):
+    what `fetch(..., bundle=)` reads on a machine that cannot reach any source."""
+    found = lookup(cache_dir, pin)
+    if found is None:
+        raise SourceError(f"{pin.name} {pin.short} is not in the cache {cache_dir}: run `patchset fetch` first")
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    GitRepo(found.repo).run("bundle", "create", "--quiet", str(tmp), pin_ref(pin), timeout=3600)
+    tmp.replace(out)
+    return out
 
 
 def _fetch_git(q: GitRepo, src: GitSource, pin: Pin) -> str:

@@ -41,7 +41,16 @@ class SdistSource:
     mirror leaves out, documented in the pin's tree_note). Empty: the pin's tree."""
 
 
-Source = GitSource | SdistSource
+@dataclass(frozen=True)
+class BundleSource:
+    """A git bundle written by `patchset fetch --export-bundle` on a machine that has the pin, carried
+    to one without network. Never trusted: the tree it gives is checked against the pin. Given on
+    the command line (`patchset fetch --bundle FILE`), not in the pin file."""
+
+    path: str
+
+
+Source = GitSource | SdistSource | BundleSource
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,8 @@ def dump_pin(pin: Pin) -> str:
     for s in pin.sources:
         if isinstance(s, GitSource):
             srcs.append({"kind": "git", "url": s.url})
+        elif isinstance(s, BundleSource):
+            continue  # given on the command line for one fetch, never part of the pin file
         else:
             entry = {"kind": "sdist"}
             entry.update({"requirement": s.requirement} if s.requirement else {"url": s.url})

@@ -26,6 +26,7 @@ from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence as ev
+from builder.prove import hunks as hk
 from builder.series.model import Patch, Series, TestSpec, load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import Fetched, fetch
@@ -55,7 +56,9 @@ def available_backends() -> list[str]:
 class Trees:
     before: str
     after: str
-    mutation: str | None
+    mutations: tuple[str, ...]
+    parent: str = ""
+    """The after tree of the previous patch (the pin for the first): what the patch applies on."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class PatchVerdict:
     reused: bool
     evidence_json: Path | None
     evidence_md: Path | None
+    hunks: tuple[dict, ...] = ()
+    """`--hunks`: the per-hunk results (as in the evidence JSON)."""
 
 
 @dataclass(frozen=True)
@@ -113,15 +118,17 @@ class TreeMaker:
         trees: dict[int, Trees] = {}
         prev = self.base
         for p in series.patches:
-            before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
+            if p.meta.test_in_tree:
+                before = prev  # a fix to the test program itself: before is the tree it applies on
+            else:
+                before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
             after = self.commit(prev, p.path, f"verify: after {p.name}")
-            mutation = None
-            if p.meta.mutation:
-                mutation = self.commit(after, patches_dir / p.meta.mutation, f"verify: mutation {p.meta.mutation}")
-            trees[p.index] = Trees(before, after, mutation)
-            for kind, c in (("before", before), ("after", after), ("mutation", mutation)):
-                if c:
-                    self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
+            mutations = tuple(self.commit(after, patches_dir / m, f"verify: mutation {m}") for m in p.meta.mutation)
+            trees[p.index] = Trees(before, after, mutations, prev)
+            refs = [("before", before), ("after", after)]
+            refs += [("mutation" if i == 1 else f"mutation-{i}", c) for i, c in enumerate(mutations, 1)]
+            for kind, c in refs:
+                self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
             prev = after
         return trees
 
@@ -144,8 +151,10 @@ def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
 
 class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
-                 jobs: int | None = None) -> None:
+                 jobs: int | None = None, hunks: bool = False) -> None:
         self.project = project
+        self.hunks = hunks
+        """Also revert each hunk of the fix on its own (`verify --hunks`)."""
         self.progress = progress or NullProgress()
         self.reuse = reuse
         self.jobs = jobs
@@ -240,8 +249,8 @@ class Verifier:
                     continue
                 path = f"tests/{program}.cpp"
                 here = git.blob(commit, path)
-                later = (trees.before, trees.after, trees.mutation)
-                if here and any(c and git.blob(c, path) == here for c in later):
+                later = (trees.before, trees.after, *trees.mutations)
+                if here and any(git.blob(c, path) == here for c in later):
                     found.append(program)
         return tuple(found)
 
@@ -253,11 +262,13 @@ class Verifier:
         key = self._key(patch, trees, backend, tests)
         if self.reuse:
             old = ev.load(self.project.evidence_dir, patch.name, backend)
-            if old is not None and old.key == key and not old.reused:
+            # evidence with the hunk table also answers a plain run; a --hunks run needs the table
+            if old is not None and old.key == key and not old.reused and (old.hunks_checked or not self.hunks):
                 jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
                 reason = f"{old.reason} (evidence reused from the run of {old.created}: trees unchanged)"
-                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath)
+                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks)
         steps: list[ev.Step] = []
+        hunk_results: list[hk.HunkResult] = []
         if backend not in meta.backends:
             missing = [b for b in meta.backends if b not in here] or list(meta.backends)
             outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
@@ -275,20 +286,21 @@ class Verifier:
         elif not tests:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
-            outcome, reason = self._prove(patch, trees, backend, tests, steps)
+            outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results)
         evidence = ev.Evidence(
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
             tuple(steps), key, self._host_info(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
         # must show every patch and backend that was asked for
         jpath, mpath = ev.write(self.project.evidence_dir, evidence)
-        return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath)
+        return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath, evidence.hunks)
 
     def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
-               steps: list[ev.Step]) -> tuple[str, str]:
+               steps: list[ev.Step], hunk_results: list[hk.HunkResult]) -> tuple[str, str]:
         meta = patch.meta
         # after first: the trees are visited from the head of the series down, and each patch's
         # after tree is the one closest to the tree built last
@@ -298,13 +310,16 @@ class Verifier:
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
         if after.verdict != "passes":
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
-        if trees.mutation:
-            mut = self.run_tree("mutation", trees.mutation, patch, backend, tests)
+        if self.hunks:
+            # the reverted trees are each one hunk away from the after tree just built
+            hunk_results += self.run_hunks(patch, trees, backend, tests)
+        for name, commit in zip(meta.mutation, trees.mutations, strict=True):
+            mut = dataclasses.replace(self.run_tree("mutation", commit, patch, backend, tests), label=name)
             steps.append(mut)
             if not mut.build_ok:
-                return BUILD_FAILED, f"the mutation tree ({meta.mutation}) fails to build"
+                return BUILD_FAILED, f"the mutation tree ({name}) fails to build"
             if mut.verdict != "fails":
-                return NOT_PROVEN, f"the mutation {meta.mutation} is not caught: the test {mut.verdict} with it"
+                return NOT_PROVEN, f"the mutation {name} is not caught: the test {mut.verdict} with it"
         before = self.run_tree("before", trees.before, patch, backend, tests)
         steps.insert(0, before)
         if before.verdict == "build-failed":
@@ -317,15 +332,70 @@ class Verifier:
         if before.verdict == "nothing checked":
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
         how = "fails to compile in its test files only" if before.verdict == "build-fails" else "fails"
-        mut_note = f"; the mutation {meta.mutation} is caught" if trees.mutation else ""
-        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}"
+        mut_note = ""
+        if meta.mutation:
+            mut_note = f"; the mutation{'s' if len(meta.mutation) > 1 else ''} {', '.join(meta.mutation)} " \
+                       f"{'are' if len(meta.mutation) > 1 else 'is'} caught"
+        unguarded = [h for h in hunk_results if h.outcome == hk.UNGUARDED]
+        if unguarded:
+            where = ", ".join(f"{h.file}:{h.lines}" for h in unguarded)
+            return NOT_PROVEN, (f"without the fix the test {how}, but with the fix {len(unguarded)} hunk(s) can be "
+                                f"reverted and the tests still pass: {where}")
+        hunk_note = f"; {hk.summarize([dataclasses.asdict(h) for h in hunk_results])}" if hunk_results else ""
+        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}{hunk_note}"
+
+    # -- each hunk of the fix on its own ----------------------------------------------------------------
+    def run_hunks(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> list[hk.HunkResult]:
+        git = self.work.git
+        maker = hk.RevertMaker(git, trees.after)
+        units = hk.fix_units(git, trees.parent, trees.after, patch, maker.lines)
+        hk.check_rules(patch, units, maker)
+        fix_files = list(dict.fromkeys(u.file for u in units))
+        results = []
+        for n, unit in enumerate(hk.order(units), 1):
+            why = hk.exemption(unit, patch.meta.hunks, maker.lines(unit.file))
+            if why:
+                results.append(hk.result(unit, hk.EXEMPT, why))
+                continue
+            commit = maker.commit(unit, f"verify: {patch.name} without {unit.label}")
+            git.update_ref(f"refs/patchset/verify/{patch.index:04d}/hunk-{n}", commit)
+            self.checkout(commit)
+            # a file the test build does not compile (llama's own sources) is compiled on its own
+            extra = hk.syntax_units(unit, fix_files, patch.meta.test_paths)
+            self.progress.begin(f"{patch.name} [{backend}] hunk {n}/{len(units)} {unit.label}: compiling", None)
+            errors = hk.syntax_check(self.src, extra) if extra else []
+            self.progress.end()
+            if errors:
+                results.append(hk.result(unit, hk.NOT_BUILT, "does not compile",
+                                         errors=hk.relative(errors[:10], self.src), commit=commit))
+                continue
+            step = self.run_tree(f"hunk-{n}", commit, patch, backend, tests)
+            if not step.build_ok:
+                results.append(hk.result(unit, hk.NOT_BUILT, "does not build",
+                                         errors=hk.relative(step.build_errors[:10], self.src), commit=commit,
+                                         build_duration_s=step.build_duration_s))
+                continue
+            failing = tuple(line for t in step.tests for line in t.get("failing", ()))
+            if step.verdict == "fails":
+                how = [f"{t['command'].split()[0]}: " + (f"killed by {t['signal']}" if t.get("signal")
+                                                          else f"exit {t['returncode']}, {t['failed']} failed")
+                       for t in step.tests if t["verdict"] != testrun.PASSED]
+                outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
+            else:
+                outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
+                                                  else f"it builds and the tests: {step.verdict}")
+            results.append(hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
+                                     build_duration_s=step.build_duration_s, tests=step.tests))
+        # back in the source order of the patch for the evidence
+        rank = {(u.file, u.hunk, u.part): i for i, u in enumerate(units)}
+        return sorted(results, key=lambda r: rank[(r.file, r.hunk, r.part)])
 
     def _key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
         git = self.work.git
         parts = {
             "backend": backend,
             "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
-            "mutation": git.tree_of(trees.mutation) if trees.mutation else None,
+            "mutation": [git.tree_of(m) for m in trees.mutations] or None,
             "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
             "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
         }
@@ -339,10 +409,14 @@ class Verifier:
 
 def _compiler_errors(log: Path) -> list[str]:
     errors = []
-    for line in log.read_text(errors="replace").splitlines():
+    lines = log.read_text(errors="replace").splitlines()
+    for line in lines:
         m = buildmod._ERROR.match(line)
         if m:
             errors.append(f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}")
+    if not errors:
+        # the linker has no file:line form: name the symbol it could not find
+        errors = [line.strip() for line in lines if "undefined reference to" in line]
     return errors
 
 
@@ -356,8 +430,9 @@ def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
 
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
-           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None) -> VerifyReport:
-    v = Verifier(project, progress, reuse, jobs)
+           progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
+           hunks: bool = False) -> VerifyReport:
+    v = Verifier(project, progress, reuse, jobs, hunks)
     chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
     trees = v.make_trees()
     backends = backends or list(available_backends())
@@ -376,7 +451,8 @@ def verify(project: Project, names: list[str] | None = None, backends: list[str]
 
 
 def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
-    """Outcome per patch and backend from the evidence on disk (for `verify --report`)."""
+    """Outcome per patch and backend from the evidence on disk (for `verify --report`), with the
+    hunk summary where `--hunks` ran (e.g. `not proven (hunks 7/8 caught, 1 unguarded)`)."""
     series = load_series(project.patches_dir)
     rows = []
     for p in series.patches:
@@ -384,6 +460,6 @@ def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
         for b in buildmod.PROFILES:
             e = ev.load(project.evidence_dir, p.name, b)
             if e is not None:
-                cells[b] = e.outcome
+                cells[b] = e.outcome + (f" ({hk.summarize(e.hunks)})" if e.hunks_checked else "")
         rows.append((p.name, cells))
     return rows

@@ -21,9 +21,9 @@ BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
-    "Patchset-Before", "Patchset-Mutation",
+    "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk",
 )
-_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation"}
+_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,53 @@ class TestSpec:
 
 
 @dataclass(frozen=True)
+class HunkRule:
+    """A `Patchset-Hunk` trailer: a line range of a file (after the patch) that is its own unit for
+    `verify --hunks`, or a range or function whose changes need no test (`exempt`, with the reason)."""
+
+    file: str
+    start: int = 0
+    end: int = 0
+    function: str = ""
+    reason: str = ""
+    """Why the changes need no test; empty for a split that is tested like any hunk."""
+
+    @property
+    def exempt(self) -> bool:
+        return bool(self.reason)
+
+    def __str__(self) -> str:
+        where = f"{self.function}()" if self.function else f"{self.start}-{self.end}"
+        return f"{self.file}:{where}" + (f" exempt: {self.reason}" if self.reason else "")
+
+
+_HUNK_RULE = re.compile(r"^(?P<file>[^\s:]+):(?:(?P<start>\d+)(?:-(?P<end>\d+))?|(?P<func>[A-Za-z_][\w:~]*)\(\))"
+                        r"(?:\s+exempt:\s*(?P<reason>.*))?$")
+
+
+def _parse_hunk_rule(value: str) -> HunkRule:
+    m = _HUNK_RULE.match(value.strip())
+    if not m:
+        raise ValueError("expected FILE:START-END or FILE:FUNCTION(), optionally followed by `exempt: REASON`")
+    file = m.group("file")
+    pp = PurePosixPath(file)
+    if pp.is_absolute() or ".." in pp.parts:
+        raise ValueError(f"'{file}' is not a path inside the tree")
+    reason = (m.group("reason") or "").strip()
+    if m.group("reason") is not None and not reason:
+        raise ValueError("`exempt:` needs a reason")
+    if m.group("func"):
+        if not reason:
+            raise ValueError("a function can only be named to exempt its changes: add `exempt: REASON`")
+        return HunkRule(file, function=m.group("func"), reason=reason)
+    start = int(m.group("start"))
+    end = int(m.group("end") or start)
+    if start < 1 or end < start:
+        raise ValueError(f"bad line range {start}-{end}")
+    return HunkRule(file, start, end, reason=reason)
+
+
+@dataclass(frozen=True)
 class PatchMeta:
     """What a patch's trailers say about it."""
 
@@ -56,9 +103,14 @@ class PatchMeta:
     """Backends on which the known-positive proof can run."""
     tests: tuple[TestSpec, ...] = ()
     test_paths: tuple[str, ...] = ()
+    test_in_tree: bool = False
+    """`Patchset-Test-Paths: none`: the patch has no test part of its own (it fixes the test program
+    itself), so its before tree is the tree it applies on."""
     before: str = "test-fails"
-    mutation: str = ""
-    """Path of a known-bad variant of the fix, relative to `patches/`."""
+    mutation: tuple[str, ...] = ()
+    """Paths of known-bad variants of the fix, relative to `patches/`; the test must catch each."""
+    hunks: tuple[HunkRule, ...] = ()
+    """`Patchset-Hunk` rules: finer splits of the fix's hunks and exemptions, for `verify --hunks`."""
 
     def backends_for_tests(self) -> tuple[str, ...]:
         """Every backend on which at least one declared test runs."""
@@ -245,6 +297,8 @@ def meta_from_trailers(
     findings: list[Finding] = []
     kw: dict = {}
     tests: list[TestSpec] = []
+    mutations: list[str] = []
+    hunks: list[HunkRule] = []
     seen: set[str] = set()
 
     def bad(key: str, value: str, why: str) -> None:
@@ -281,6 +335,8 @@ def meta_from_trailers(
                 tests.append(_parse_test(value))
             except ValueError as e:
                 bad(key, value, str(e))
+        elif canon == "Patchset-Test-Paths" and value.strip() == "none":
+            kw["test_in_tree"] = True
         elif canon == "Patchset-Test-Paths":
             paths = tuple(value.split())
             escaping = [p for p in paths if PurePosixPath(p).is_absolute() or ".." in PurePosixPath(p).parts]
@@ -299,9 +355,16 @@ def meta_from_trailers(
                 bad(key, value, "must be a path inside patches/")
             elif not (patches_dir / value).is_file():
                 bad(key, value, f"mutation file {patches_dir / value} does not exist")
+            elif value in mutations:
+                bad(key, value, "the same mutation is named twice")
             else:
-                kw["mutation"] = value
-    return PatchMeta(tests=tuple(tests), **kw), findings
+                mutations.append(value)
+        elif canon == "Patchset-Hunk":
+            try:
+                hunks.append(_parse_hunk_rule(value))
+            except ValueError as e:
+                bad(key, value, str(e))
+    return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), **kw), findings
 
 
 def parse_patch(path: Path, index: int, patches_dir: Path) -> tuple[Patch | None, list[Finding]]:
@@ -342,7 +405,7 @@ def lint(patches_dir: Path) -> tuple[Series, list[Finding]]:
         if patch is not None:
             patches.append(patch)
     listed = {e.name for e in entries}
-    mutations = {p.meta.mutation for p in patches if p.meta.mutation}
+    mutations = {m for p in patches for m in p.meta.mutation}
     if patches_dir.is_dir():
         for path in sorted(patches_dir.rglob("*.patch")):
             rel = path.relative_to(patches_dir).as_posix()

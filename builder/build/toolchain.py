@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def find_tool(name: str) -> Tool:
 
 
 def find_ccache() -> str | None:
-    return shutil.which("ccache")
+    # the `ccache` extra installs it beside our own interpreter, which is not on PATH when the
+    # command is run as .venv/bin/patchset without activating the environment
+    return shutil.which("ccache") or shutil.which("ccache", path=str(Path(sys.executable).parent))
 
 
 @dataclass(frozen=True)

@@ -404,9 +404,12 @@ INCLUDE_DIRS = ("include", "ggml/include", "src", "common", "vendor")
 
 
 def syntax_check(src: Path, files: list[str], cxx: str = "c++") -> list[str]:
-    """Compile each file of the tree at `src` without code generation; the compiler errors."""
+    """Compile the files of the tree at `src` without code generation, one after another; the
+    compiler errors of the first that fails (one is enough to say where the tree stops building)."""
     errors: list[str] = []
     for f in files:
+        if errors:
+            break
         std = "-std=c11" if f.endswith(".c") else "-std=c++17"
         args = [cxx if not f.endswith(".c") else "cc", std, "-fsyntax-only", *[f"-I{d}" for d in INCLUDE_DIRS], f]
         try:

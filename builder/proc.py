@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -100,18 +101,23 @@ def stream(
         )
     except FileNotFoundError as e:
         raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
+    # the timeout must hold while the output is read: a program that hangs keeps its stdout open,
+    # so a wait after the read loop never came (seen: a test that deadlocked in a futex)
+    watchdog = threading.Timer(timeout, proc.kill) if timeout is not None else None
     with proc, log_file.open("a", encoding="utf-8") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
         assert proc.stdout is not None
-        for line in proc.stdout:
-            fh.write(line)
-            chunks.append(line)
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
+        if watchdog is not None:
+            watchdog.start()
         try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            for line in proc.stdout:
+                fh.write(line)
+                chunks.append(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
             rc = proc.wait()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
         fh.write(f"# exit {rc}\n")
     return Completed(argv, rc, "".join(chunks), "", time.monotonic() - start)

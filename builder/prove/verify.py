@@ -38,6 +38,9 @@ REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
 
+HUNK_TEST_TIMEOUT_MIN_S = 120.0
+"""The least time a test gets on a tree with one hunk reverted (else 20x its time on the after tree)."""
+
 _DATE = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
          "GIT_AUTHOR_NAME": "patchset verify", "GIT_AUTHOR_EMAIL": "verify@patchset.invalid"}
 
@@ -191,7 +194,8 @@ class Verifier:
         self._checked_out = commit
 
     # -- one tree --------------------------------------------------------------------------------
-    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec]) -> ev.Step:
+    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
+                 timeout: float | None = 3600) -> ev.Step:
         self.checkout(commit)
         programs = tuple(dict.fromkeys(t.program for t in tests))
         targets = "full" if any(_needs_full(self.src, p) for p in programs) else "minimal"
@@ -223,7 +227,7 @@ class Verifier:
         for i, t in enumerate(tests, 1):
             inv = _invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log")
+            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log", timeout)
             self.progress.end()
             runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
@@ -312,7 +316,10 @@ class Verifier:
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
         if self.hunks:
             # the reverted trees are each one hunk away from the after tree just built
-            hunk_results += self.run_hunks(patch, trees, backend, tests)
+            # a reverted hunk can make a test hang (a missing return is undefined behaviour): its tests
+            # get a generous multiple of the after tree's time, and a hang counts as caught
+            took = sum(t["duration_s"] for t in after.tests)
+            hunk_results += self.run_hunks(patch, trees, backend, tests, max(HUNK_TEST_TIMEOUT_MIN_S, 20 * took))
         for name, commit in zip(meta.mutation, trees.mutations, strict=True):
             mut = dataclasses.replace(self.run_tree("mutation", commit, patch, backend, tests), label=name)
             steps.append(mut)
@@ -345,7 +352,8 @@ class Verifier:
         return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}{hunk_note}"
 
     # -- each hunk of the fix on its own ----------------------------------------------------------------
-    def run_hunks(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> list[hk.HunkResult]:
+    def run_hunks(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
+                  timeout: float | None = None) -> list[hk.HunkResult]:
         git = self.work.git
         maker = hk.RevertMaker(git, trees.after)
         units = hk.fix_units(git, trees.parent, trees.after, patch, maker.lines)
@@ -369,7 +377,7 @@ class Verifier:
                 results.append(hk.result(unit, hk.NOT_BUILT, "does not compile",
                                          errors=hk.relative(errors[:10], self.src), commit=commit))
                 continue
-            step = self.run_tree(f"hunk-{n}", commit, patch, backend, tests)
+            step = self.run_tree(f"hunk-{n}", commit, patch, backend, tests, timeout)
             if not step.build_ok:
                 results.append(hk.result(unit, hk.NOT_BUILT, "does not build",
                                          errors=hk.relative(step.build_errors[:10], self.src), commit=commit,
@@ -377,8 +385,7 @@ class Verifier:
                 continue
             failing = tuple(line for t in step.tests for line in t.get("failing", ()))
             if step.verdict == "fails":
-                how = [f"{t['command'].split()[0]}: " + (f"killed by {t['signal']}" if t.get("signal")
-                                                          else f"exit {t['returncode']}, {t['failed']} failed")
+                how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, timeout)
                        for t in step.tests if t["verdict"] != testrun.PASSED]
                 outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
             else:
@@ -405,6 +412,14 @@ class Verifier:
         if self._host is None:
             self._host = ev.host_info()
         return self._host
+
+
+def _how_it_failed(test: dict, timeout: float | None) -> str:
+    if test.get("signal") == "SIGKILL" and timeout is not None and test["duration_s"] >= timeout:
+        return f"did not finish in {timeout:.0f}s (killed)"
+    if test.get("signal"):
+        return f"killed by {test['signal']}"
+    return f"exit {test['returncode']}, {test['failed']} failed"
 
 
 def _compiler_errors(log: Path) -> list[str]:

@@ -282,7 +282,7 @@ def _function_at(lines: list[str], line: int) -> str:
 def exemption(unit: Unit, rules: tuple[HunkRule, ...], after_lines: list[str]) -> str | None:
     """Why the unit needs no test, or None."""
     if unit.rule is not None and unit.rule.exempt:
-        return f"{unit.rule.reason} (Patchset-Hunk {unit.rule.file}:{unit.rule.start}-{unit.rule.end})"
+        return f"{unit.rule.reason} (Patchset-Hunk {unit.rule.location})"
     for r in rules:
         if r.file != unit.file or not r.exempt:
             continue
@@ -291,9 +291,9 @@ def exemption(unit: Unit, rules: tuple[HunkRule, ...], after_lines: list[str]) -
             candidates = [_function_at(after_lines, unit.start), unit.section,
                           *[c.text for c in unit.changes if re.match(r"^[A-Za-z_$]", c.text)]]
             if any(pattern.search(c) for c in candidates if c):
-                return f"{r.reason} (Patchset-Hunk {r.file}:{r.function}())"
+                return f"{r.reason} (Patchset-Hunk {r.location})"
         elif r.start <= unit.start and unit.end <= r.end:
-            return f"{r.reason} (Patchset-Hunk {r.file}:{r.start}-{r.end})"
+            return f"{r.reason} (Patchset-Hunk {r.location})"
     if comment_only(unit):
         return "changes only comments or whitespace"
     return None

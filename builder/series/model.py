@@ -61,9 +61,15 @@ class HunkRule:
     def exempt(self) -> bool:
         return bool(self.reason)
 
+    @property
+    def location(self) -> str:
+        """FILE:START-END, FILE:LINE or FILE:FUNCTION(), as the trailer writes it."""
+        if self.function:
+            return f"{self.file}:{self.function}()"
+        return f"{self.file}:{self.start}" + (f"-{self.end}" if self.end != self.start else "")
+
     def __str__(self) -> str:
-        where = f"{self.function}()" if self.function else f"{self.start}-{self.end}"
-        return f"{self.file}:{where}" + (f" exempt: {self.reason}" if self.reason else "")
+        return self.location + (f" exempt: {self.reason}" if self.reason else "")
 
 
 _HUNK_RULE = re.compile(r"^(?P<file>[^\s:]+):(?:(?P<start>\d+)(?:-(?P<end>\d+))?|(?P<func>[A-Za-z_][\w:~]*)\(\))"

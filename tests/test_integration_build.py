@@ -102,6 +102,7 @@ def test_verify_hunks_of_patches_2_and_3(project: Project, built) -> None:
         assert "caught" in outcomes
         for h in v.hunks:
             if h["outcome"] == "caught":
-                assert h["failing"] or "killed by" in h["reason"], h
+                # a test that crashed or hung names no failing case; its reason says how it ended
+                assert h["failing"] or "killed" in h["reason"], h
             if h["outcome"] == "not built":
                 assert h["errors"], h

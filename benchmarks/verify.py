@@ -6,7 +6,13 @@ the programs each tree's tests need. Prints times and ratios from one run.
 
 Targets on a 2-core machine: cold under 5 minutes, warm (nothing changed) under 30 s, naive at
 least 3x slower than cold.
-Usage: python benchmarks/verify.py [--cache DIR]
+
+The hunks row: `verify 2 3 --hunks --backend cpu` from a cold build folder (patches 2 and 3: every
+tree of their proofs plus one tree per hunk of their fixes) against the naive cost of the hunk
+trees alone: each reverted tree built from scratch (only the programs its tests need) and its
+tests run. Target: naive at least 5x slower. `--sample N` builds only N of the reverted trees
+from scratch, evenly spread, and scales their time to all of them (printed as an estimate).
+Usage: python benchmarks/verify.py [--cache DIR] [--hunks-only] [--sample N]
 """
 
 from __future__ import annotations
@@ -50,9 +56,35 @@ def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: boo
         shutil.rmtree(base / f"naive-{i}-build")
 
 
+def hunks_row(project, base: Path, sample: int | None) -> None:
+    """verify --hunks of patches 2 and 3 from a cold build folder, against each reverted tree from scratch."""
+    t_hunks, rep = timed(lambda: verify(project, ["2", "3"], backends=["cpu"], hunks=True))
+    trees = []
+    for v in rep.verdicts:
+        patch = load_series(project.patches_dir).by_name(v.patch)
+        tests = [t for t in patch.meta.tests if t.runs_on("cpu", patch.meta.backends)]
+        print(f"{v.patch[:4]}: {v.outcome}: {v.reason}", flush=True)
+        trees += [(f"{v.patch[:4]} {h['file']}:{h['lines']}", h["commit"], tests) for h in v.hunks if h["commit"]]
+    chosen = trees
+    if sample and sample < len(trees):
+        step = len(trees) / sample
+        chosen = [trees[int(i * step)] for i in range(sample)]
+    os.environ["CCACHE_DISABLE"] = "1"
+    t_naive, _ = timed(lambda: naive(project, chosen, base, standard=False))
+    os.environ.pop("CCACHE_DISABLE")
+    scaled = t_naive * len(trees) / len(chosen)
+    est = f" (estimated from {len(chosen)} of {len(trees)})" if len(chosen) < len(trees) else ""
+    print(f"verify --hunks 2 3 --backend cpu on the real pin: {len(trees)} reverted trees built")
+    print(row("verify --hunks 2 3, cold build folder", t_hunks))
+    print(row(f"naive: each reverted tree from scratch{est}", scaled))
+    print(f"naive / verify --hunks = {scaled / t_hunks:.1f}x   (target >= 5x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", help="PATCHSET_CACHE holding the pin (else fetched into a temporary one)")
+    ap.add_argument("--hunks-only", action="store_true", help="only the hunks row")
+    ap.add_argument("--sample", type=int, help="hunks row: build only N reverted trees from scratch and scale")
     args = ap.parse_args()
     base = tempdir("patchset-bench-verify-")
     os.environ["CCACHE_DIR"] = str(base / "ccache")  # a cold compiler cache for the cold run
@@ -60,6 +92,9 @@ def main() -> None:
         root = scratch_project(base)
         project = load_project(root=root, state_dir=root / ".patchset",
                                cache_dir=Path(args.cache) if args.cache else base / "cache")
+        if args.hunks_only:
+            hunks_row(project, base, args.sample)
+            return
         t_cold, cold = timed(lambda: verify(project, backends=["cpu"]))
         t_warm, warm = timed(lambda: verify(project, backends=["cpu"]))
         t_rerun, rerun = timed(lambda: verify(project, backends=["cpu"], reuse=False))
@@ -72,8 +107,8 @@ def main() -> None:
             tests = [t for t in p.meta.tests if t.runs_on("cpu", p.meta.backends)]
             if not tests:
                 continue
-            kinds = ("before", "after", "mutation") if "cpu" in p.meta.backends else ("after",)
-            for kind in kinds:
+            kinds = ("before", "after", "mutation", *[f"mutation-{i}" for i in range(2, len(p.meta.mutation) + 1)])
+            for kind in kinds if "cpu" in p.meta.backends else ("after",):
                 ref = f"refs/patchset/verify/{p.index:04d}/{kind}"
                 commit = subprocess.run(["git", "-C", str(project.work_repo), "rev-parse", "--verify", "-q", ref],
                                         capture_output=True, text=True, check=False).stdout.strip()
@@ -91,6 +126,11 @@ def main() -> None:
         print(row("naive: every tree from scratch, only its tests' programs", t_naive_min))
         print(f"naive / cold = {t_naive / t_cold:.1f}x   (target >= 3x); "
               f"with only the tests' programs {t_naive_min / t_cold:.1f}x")
+        os.environ.pop("CCACHE_DISABLE")
+        shutil.rmtree(root / ".patchset" / "build", ignore_errors=True)
+        shutil.rmtree(root / ".patchset" / "evidence", ignore_errors=True)
+        os.environ["CCACHE_DIR"] = str(base / "ccache-hunks")
+        hunks_row(project, base, args.sample)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

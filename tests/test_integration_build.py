@@ -72,10 +72,12 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     report = verify(project, backends=["cpu"])
     outcomes = {v.patch: v for v in report.verdicts}
     names = sorted(outcomes)
-    assert len(names) == 4
-    nil_lookup, eval_status, opt_free, acc_set = names
+    assert len(names) == 5
+    nil_lookup, eval_status, opt_free, set_inplace, acc_set = names
     assert outcomes[eval_status].outcome == PROVEN, outcomes[eval_status].reason
     assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
+    # a fix to the test program itself: the tree before it aborts in grad mode
+    assert outcomes[set_inplace].outcome == PROVEN, outcomes[set_inplace].reason
     assert outcomes[nil_lookup].outcome == "needs metal"
     assert outcomes[acc_set].outcome == "needs metal"
     assert report.ok and not report.regressed
@@ -85,10 +87,11 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert data["steps"][0]["verdict"] == "passes"
     # its after tree is the work repository's own tree: built in `patchset build`'s folder, not again
     assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'cpu-minimal'} ")
-    # patch 3's proof includes its mutation, seen failing
+    # patch 3's proof includes its two mutations, each seen failing
     data = json.loads(outcomes[opt_free].evidence_json.read_text())
-    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation"]
-    assert data["steps"][2]["verdict"] == "fails"
+    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation"]
+    assert [s["label"] for s in data["steps"][2:]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
+    assert data["steps"][2]["verdict"] == data["steps"][3]["verdict"] == "fails"
     assert FAILED not in {s["verdict"] for s in data["steps"]}
 
 
@@ -104,3 +107,20 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
     assert any("4096" in c.case for c in new) and all(c.after == "pass" for c in new if "4096" in c.case)
     d = sweep_dict(r)
     assert d["regressions"] == 0 and d["trees"]["other"]["commit"] == r.other.commit
+
+
+def test_verify_hunks_of_patches_2_and_3(project: Project, built) -> None:
+    """Every hunk of the two CPU fixes is caught, not built or exempt (runs after the plain verify,
+    whose build folder it reuses: each reverted tree recompiles one file's units)."""
+    report = verify(project, ["2", "3"], backends=["cpu"], hunks=True)
+    for v in report.verdicts:
+        assert v.outcome == PROVEN, v.reason
+        outcomes = [h["outcome"] for h in v.hunks]
+        assert outcomes and "unguarded" not in outcomes, v.hunks
+        assert "caught" in outcomes
+        for h in v.hunks:
+            if h["outcome"] == "caught":
+                # a test that crashed or hung names no failing case; its reason says how it ended
+                assert h["failing"] or "killed" in h["reason"], h
+            if h["outcome"] == "not built":
+                assert h["errors"], h

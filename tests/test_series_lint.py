@@ -40,7 +40,7 @@ def test_clean_series_has_no_findings(proj: Proj, capsys: pytest.CaptureFixture[
     assert p2.meta.backends == ("cpu", "cuda")
     assert [str(t) for t in p2.meta.tests] == ["[cpu] test-x --fast"]
     assert p2.meta.before == "build-fails"
-    assert p2.meta.mutation == "mutations/0002-b-null.patch"
+    assert p2.meta.mutation == ("mutations/0002-b-null.patch",)
     assert series.patches[0].files == ("src/a.c",)
     assert main(["--project", str(proj.root), "check"]) == 0
     assert "series OK: 3 patch(es)" in capsys.readouterr().out
@@ -132,6 +132,17 @@ def test_patch_touching_a_path_outside_the_tree(proj: Proj, target: str) -> None
                      "does not exist", id="missing-mutation"),
         pytest.param(0, "Patchset-Status: pending", "Patchset-Status: pending\nPatchset-Status: fork-only",
                      "given more than once", id="repeated-status"),
+        pytest.param(1, "Patchset-Mutation: mutations/0002-b-null.patch",
+                     "Patchset-Mutation: mutations/0002-b-null.patch\nPatchset-Mutation: mutations/0002-b-null.patch",
+                     "named twice", id="same-mutation-twice"),
+        pytest.param(0, "Patchset-Backends: cpu", "Patchset-Backends: cpu\nPatchset-Hunk: src/a.c",
+                     "expected FILE:START-END", id="hunk-without-lines"),
+        pytest.param(0, "Patchset-Backends: cpu", "Patchset-Backends: cpu\nPatchset-Hunk: src/a.c:a_value()",
+                     "only be named to exempt", id="hunk-function-without-exempt"),
+        pytest.param(0, "Patchset-Backends: cpu", "Patchset-Backends: cpu\nPatchset-Hunk: src/a.c:9-3 exempt: x",
+                     "bad line range", id="hunk-backwards-range"),
+        pytest.param(0, "Patchset-Backends: cpu", "Patchset-Backends: cpu\nPatchset-Hunk: src/a.c:3 exempt:",
+                     "needs a reason", id="hunk-exempt-without-reason"),
     ],
 )
 def test_malformed_trailers(proj: Proj, patch: int, old: str, new: str, expect: str) -> None:
@@ -203,3 +214,16 @@ def test_parse_cache_serves_the_same_answer_and_follows_edits(proj: Proj, cache_
     for entry in (cache_dir / "parsed").rglob("*.json"):
         entry.write_text("{not json")
     assert _only(lint(proj.patches)[1]) == f
+
+
+def test_hunk_rules_mutations_and_test_paths_none(proj: Proj) -> None:
+    path = proj.patches / STANDARD_NAMES[0]
+    _edit(path, "Patchset-Test-Paths: tests/test-x.c",
+          "Patchset-Test-Paths: none\nPatchset-Hunk: src/a.c:6-7\n"
+          "Patchset-Hunk: src/a.c:a_value() exempt: a log line only")
+    series, findings = lint(proj.patches)
+    assert findings == []
+    meta = series.patches[0].meta
+    assert meta.test_in_tree and meta.test_paths == ()
+    assert [str(r) for r in meta.hunks] == ["src/a.c:6-7", "src/a.c:a_value() exempt: a log line only"]
+    assert not meta.hunks[0].exempt and meta.hunks[1].exempt

@@ -86,21 +86,41 @@ def trailers(backends: str, program: str, extra: str = "") -> str:
             f"Patchset-Test-Paths: tests/{program}.cpp\n{extra}")
 
 
-@pytest.fixture(scope="module")
-def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Upstream with bugs, and a series with one patch per verify outcome."""
-    base = tmp_path_factory.mktemp("verify")
+def init_upstream(base: Path, files: dict[str, str]) -> Path:
+    """A git repository `base/src` whose first commit (the pin) holds `files`, and its bare clone
+    `base/remote.git` (the remote the pin names)."""
     src = base / "src"
     src.mkdir()
     git(src, "init", "-q", "-b", "main")
     git(src, "config", "user.name", "Up Stream")
     git(src, "config", "user.email", "up@example.invalid")
     git(src, "config", "commit.gpgsign", "false")
-    commit_files(src, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
-                       "ggml/src/calc.c": CALC_C, "README": "calc\n"}, "calc: initial")
-    pin_commit, pin_tree = git(src, "rev-parse", "HEAD"), git(src, "rev-parse", "HEAD^{tree}")
+    commit_files(src, files, "calc: initial")
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(base / "remote.git")], check=True)
+    return src
+
+
+def write_project(base: Path, src: Path) -> Path:
+    """`base/project`: the pin (the first commit of `src`) and the series of `src`'s later commits."""
+    pin_commit = git(src, "rev-list", "--max-parents=0", "HEAD")
+    pin_tree = git(src, "rev-parse", f"{pin_commit}^{{tree}}")
     bare = base / "remote.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(bare)], check=True)
+    project = base / "project"
+    (project / "upstream").mkdir(parents=True)
+    (project / "patches" / "mutations").mkdir(parents=True)
+    (project / "upstream" / "llama.cpp.toml").write_text(
+        f'name = "llama.cpp"\nrepository = "{bare}"\ncommit = "{pin_commit}"\ntree = "{pin_tree}"\n'
+        f'date = "2026-10-01"\n\n[[source]]\nkind = "git"\nurl = "file://{bare}"\n')
+    write_series(project / "patches", format_mails(GitRepo(src), f"{pin_commit}..HEAD"))
+    return project
+
+
+@pytest.fixture(scope="module")
+def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Upstream with bugs, and a series with one patch per verify outcome."""
+    base = tmp_path_factory.mktemp("verify")
+    src = init_upstream(base, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                               "ggml/src/calc.c": CALC_C, "README": "calc\n"})
     fixed = CALC_C.replace("return a - b;", "return a + b;")
     # 1: proven, with a mutation that the test catches
     commit_files(src, {"ggml/src/calc.c": fixed, "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
@@ -126,13 +146,7 @@ def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 5: its proof needs a backend this machine does not have
     commit_files(src, {"tests/test-gpu.cpp": program_source("gpu", "calc_add(1, 1)", 2)},
                  "calc : gpu test" + trailers("cuda", "test-gpu"))
-    project = base / "project"
-    (project / "upstream").mkdir(parents=True)
-    (project / "patches" / "mutations").mkdir(parents=True)
-    (project / "upstream" / "llama.cpp.toml").write_text(
-        f'name = "llama.cpp"\nrepository = "{bare}"\ncommit = "{pin_commit}"\ntree = "{pin_tree}"\n'
-        f'date = "2026-10-01"\n\n[[source]]\nkind = "git"\nurl = "file://{bare}"\n')
-    write_series(project / "patches", format_mails(GitRepo(src), f"{pin_commit}..HEAD"))
+    project = write_project(base, src)
     for name, text in mutations.items():
         (project / "patches" / "mutations" / f"{name}.patch").write_text(text)
     return project

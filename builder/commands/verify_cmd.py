@@ -11,6 +11,7 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.project import Project
 from builder.prove import backends_doc
+from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
 from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
 from builder.series.model import load_series
 
@@ -27,14 +28,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --report: regenerate the table of FILE (default docs/backends.md) from the committed "
                         "evidence under docs/evidence/<backend>/; text outside its markers is kept")
     p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
+    p.add_argument("--hunks", action="store_true",
+                   help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
     p.add_argument("--jobs", "-j", type=int)
     add_timeout(p)
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
                    "used, so that the patched tree's build is reused")
 
 
+_HUNK_STYLE = {CAUGHT: "green", NOT_BUILT: "cyan", EXEMPT: "yellow", UNGUARDED: "red"}
+
+
 def _style(outcome: str) -> str:
-    if outcome == PROVEN:
+    if outcome.split(" (", maxsplit=1)[0] == PROVEN:
         return "green"
     if outcome.startswith("needs"):
         return "yellow"
@@ -46,6 +52,15 @@ def print_verdicts(report: VerifyReport) -> None:
     for v in report.verdicts:
         table.add_row(v.patch, v.backend, f"[{_style(v.outcome)}]{v.outcome}[/]", v.reason)
     console.print(table)
+    for v in report.verdicts:
+        if v.hunks:
+            table = Table("file", "lines", "outcome", "why", title=f"{v.patch} [{v.backend}]: {summarize(v.hunks)}")
+            for h in v.hunks:
+                why = h["reason"] + (f": {h['failing'][0]}" if h["failing"] else "") + \
+                    (f": {h['errors'][0]}" if h["errors"] else "")
+                table.add_row(h["file"], h["lines"] + (f" ({h['part']})" if h["part"] else ""),
+                              f"[{_HUNK_STYLE[h['outcome']]}]{h['outcome']}[/]", why)
+            console.print(table)
     for v in report.verdicts:
         if v.evidence_md:
             console.print(f"  evidence: {v.evidence_md}", highlight=False)
@@ -71,6 +86,6 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print(table)
         return Outcome.OK
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
-                    jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch)
+                    jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks)
     print_verdicts(report)
     return outcome(report)

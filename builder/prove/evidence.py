@@ -17,7 +17,7 @@ from builder.fsutil import atomic_write_text
 class Step:
     """One tree's build and test run."""
 
-    tree: str  # before | after | mutation
+    tree: str  # before | after | mutation | hunk-N
     commit: str
     tree_id: str
     build_ok: bool
@@ -30,6 +30,8 @@ class Step:
     """Per test command: command, exit code, verdict, counts, duration, log, failing lines."""
     verdict: str = ""
     """fails | passes | build-fails | build-failed | not-run"""
+    label: str = ""
+    """Which mutation (its file under patches/) for a mutation tree."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class Evidence:
     reused: bool = False
     note: str = ""
     """What a run on this backend is and is not (the Metal replay: not Apple hardware)."""
+    hunks: tuple[dict, ...] = ()
+    """`verify --hunks`: per unit of the fix, its file, lines, outcome (caught, not built, exempt,
+    unguarded), reason, failing cases or compiler errors (builder.prove.hunks.HunkResult)."""
+    hunks_checked: bool = False
 
 
 def host_info(cxx: str | None = None) -> dict:
@@ -73,6 +79,7 @@ def load(evidence_dir: Path, patch: str, backend: str) -> Evidence | None:
         d = json.loads(jpath.read_text())
         d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
                                    "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
+        d["hunks"] = tuple(d.get("hunks", ()))
         return Evidence(**d)
     except (ValueError, TypeError, KeyError):
         return None
@@ -96,7 +103,7 @@ def markdown(ev: Evidence) -> str:
     if not ev.steps:
         out += ["Nothing was built or run for this patch on this backend here.", ""]
     for s in ev.steps:
-        out += [f"## {s.tree} tree: {s.verdict}", "",
+        out += [f"## {s.tree} tree{f' ({s.label})' if s.label else ''}: {s.verdict}", "",
                 f"- commit `{s.commit}`, tree `{s.tree_id}`",
                 f"- build: {'ok' if s.build_ok else 'FAILED'} in {s.build_duration_s:.1f}s: `{s.build_command}`"]
         if s.build_errors:
@@ -113,4 +120,28 @@ def markdown(ev: Evidence) -> str:
             if t.get("notes"):
                 out += ["  dispatches:", "  ```", *[f"  {line}" for line in t["notes"][:15]], "  ```"]
         out.append("")
+    if ev.hunks_checked:
+        out += hunk_table(ev.hunks)
     return "\n".join(out)
+
+
+def hunk_table(hunks: tuple[dict, ...]) -> list[str]:
+    """The per-hunk table of `verify --hunks`, in Markdown."""
+    counts: dict[str, int] = {}
+    for h in hunks:
+        counts[h["outcome"]] = counts.get(h["outcome"], 0) + 1
+    summary = ", ".join(f"{n} {o}" for o, n in counts.items())
+    out = ["## each hunk of the fix reverted on its own", "", f"{len(hunks)} hunk(s): {summary}", "",
+           "| file | lines | function | +/- | outcome | why |", "| --- | --- | --- | --- | --- | --- |"]
+    for h in hunks:
+        why = h["reason"]
+        if h.get("failing"):
+            why += ": " + "; ".join(f"`{f}`" for f in h["failing"][:3]) + (" ..." if len(h["failing"]) > 3 else "")
+        if h.get("errors"):
+            why += ": `" + h["errors"][0] + "`"
+        section = h.get("section", "").replace("|", "\\|")
+        part = f" ({h['part']})" if h.get("part") else ""
+        out.append(f"| `{h['file']}` | {h['lines']}{part} | `{section}` | +{h['added']}/-{h['removed']} | "
+                   f"{h['outcome']} | {why.replace('|', '/')} |")
+    out.append("")
+    return out

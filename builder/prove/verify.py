@@ -28,6 +28,7 @@ from builder.pipeline import programs_for
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence as ev
+from builder.prove import hunks as hk
 from builder.series.model import Patch, Series, TestSpec, load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import Fetched, fetch
@@ -38,6 +39,9 @@ NOT_PROVEN = "not proven"
 REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
+
+HUNK_TEST_TIMEOUT_MIN_S = 120.0
+"""The least time a test gets on a tree with one hunk reverted (else 20x its time on the after tree)."""
 
 _DATE = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
          "GIT_AUTHOR_NAME": "patchset verify", "GIT_AUTHOR_EMAIL": "verify@patchset.invalid"}
@@ -61,7 +65,9 @@ def available_backends() -> list[str]:
 class Trees:
     before: str
     after: str
-    mutation: str | None
+    mutations: tuple[str, ...]
+    parent: str = ""
+    """The after tree of the previous patch (the pin for the first): what the patch applies on."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,8 @@ class PatchVerdict:
     reused: bool
     evidence_json: Path | None
     evidence_md: Path | None
+    hunks: tuple[dict, ...] = ()
+    """`--hunks`: the per-hunk results (as in the evidence JSON)."""
 
 
 @dataclass(frozen=True)
@@ -119,15 +127,17 @@ class TreeMaker:
         trees: dict[int, Trees] = {}
         prev = self.base
         for p in series.patches:
-            before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
+            if p.meta.test_in_tree:
+                before = prev  # a fix to the test program itself: before is the tree it applies on
+            else:
+                before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
             after = self.commit(prev, p.path, f"verify: after {p.name}")
-            mutation = None
-            if p.meta.mutation:
-                mutation = self.commit(after, patches_dir / p.meta.mutation, f"verify: mutation {p.meta.mutation}")
-            trees[p.index] = Trees(before, after, mutation)
-            for kind, c in (("before", before), ("after", after), ("mutation", mutation)):
-                if c:
-                    self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
+            mutations = tuple(self.commit(after, patches_dir / m, f"verify: mutation {m}") for m in p.meta.mutation)
+            trees[p.index] = Trees(before, after, mutations, prev)
+            refs = [("before", before), ("after", after)]
+            refs += [("mutation" if i == 1 else f"mutation-{i}", c) for i, c in enumerate(mutations, 1)]
+            for kind, c in refs:
+                self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
             prev = after
         return trees
 
@@ -171,10 +181,12 @@ def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
 class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
                  jobs: int | None = None, cuda_arch: str | None = None, *,
-                 timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float | None = testrun.DEFAULT_TIMEOUT_S, hunks: bool = False) -> None:
         self.project = project
         self.timeout = timeout
         self.cuda_arch = cuda_arch
+        self.hunks = hunks
+        """Also revert each hunk of the fix on its own (`verify --hunks`)."""
         self.progress = progress or NullProgress()
         self.reuse = reuse
         self.jobs = jobs
@@ -207,7 +219,9 @@ class Verifier:
         git = self.work.git
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
 
-    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec]) -> ev.Step:
+    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
+                 timeout: float | None = None) -> ev.Step:
+        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's)."""
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
         reuse = self._is_work_tree(commit)
@@ -248,7 +262,7 @@ class Verifier:
             inv = _invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
             r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
-                                    timeout=self.timeout)
+                                    timeout=self.timeout if timeout is None else timeout)
             self.progress.end()
             runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
@@ -275,8 +289,8 @@ class Verifier:
                     continue
                 path = f"tests/{program}.cpp"
                 here = git.blob(commit, path)
-                later = (trees.before, trees.after, trees.mutation)
-                if here and any(c and git.blob(c, path) == here for c in later):
+                later = (trees.before, trees.after, *trees.mutations)
+                if here and any(git.blob(c, path) == here for c in later):
                     found.append(program)
         return tuple(found)
 
@@ -288,11 +302,13 @@ class Verifier:
         key = self._key(patch, trees, backend, tests)
         if self.reuse:
             old = ev.load(self.project.evidence_dir, patch.name, backend)
-            if old is not None and old.key == key and not old.reused:
+            # evidence with the hunk table also answers a plain run; a --hunks run needs the table
+            if old is not None and old.key == key and not old.reused and (old.hunks_checked or not self.hunks):
                 jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
                 reason = f"{old.reason} (evidence reused from the run of {old.created}: trees unchanged)"
-                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath)
+                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks)
         steps: list[ev.Step] = []
+        hunk_results: list[hk.HunkResult] = []
         if backend not in meta.backends:
             missing = [b for b in meta.backends if b not in here] or list(meta.backends)
             outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
@@ -310,21 +326,22 @@ class Verifier:
         elif not tests:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
-            outcome, reason = self._prove(patch, trees, backend, tests, steps)
+            outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results)
         evidence = ev.Evidence(
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
             tuple(steps), key, self._host_info(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             note=buildmod.profile(backend).note,
+            hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
         # must show every patch and backend that was asked for
         jpath, mpath = ev.write(self.project.evidence_dir, evidence)
-        return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath)
+        return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath, evidence.hunks)
 
     def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
-               steps: list[ev.Step]) -> tuple[str, str]:
+               steps: list[ev.Step], hunk_results: list[hk.HunkResult]) -> tuple[str, str]:
         meta = patch.meta
         # after first: the trees are visited from the head of the series down, and each patch's
         # after tree is the one closest to the tree built last
@@ -334,13 +351,19 @@ class Verifier:
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
         if after.verdict != "passes":
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
-        if trees.mutation:
-            mut = self.run_tree("mutation", trees.mutation, patch, backend, tests)
+        if self.hunks:
+            # the reverted trees are each one hunk away from the after tree just built
+            # a reverted hunk can make a test hang (a missing return is undefined behaviour): its tests
+            # get a generous multiple of the after tree's time, and a hang counts as caught
+            took = sum(t["duration_s"] for t in after.tests)
+            hunk_results += self.run_hunks(patch, trees, backend, tests, max(HUNK_TEST_TIMEOUT_MIN_S, 20 * took))
+        for name, commit in zip(meta.mutation, trees.mutations, strict=True):
+            mut = dataclasses.replace(self.run_tree("mutation", commit, patch, backend, tests), label=name)
             steps.append(mut)
             if not mut.build_ok:
-                return BUILD_FAILED, f"the mutation tree ({meta.mutation}) fails to build"
+                return BUILD_FAILED, f"the mutation tree ({name}) fails to build"
             if mut.verdict != "fails":
-                return NOT_PROVEN, f"the mutation {meta.mutation} is not caught: the test {mut.verdict} with it"
+                return NOT_PROVEN, f"the mutation {name} is not caught: the test {mut.verdict} with it"
         before = self.run_tree("before", trees.before, patch, backend, tests)
         steps.insert(0, before)
         if before.verdict == "build-failed":
@@ -353,15 +376,70 @@ class Verifier:
         if before.verdict == "nothing checked":
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
         how = "fails to compile in its test files only" if before.verdict == "build-fails" else "fails"
-        mut_note = f"; the mutation {meta.mutation} is caught" if trees.mutation else ""
-        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}"
+        mut_note = ""
+        if meta.mutation:
+            mut_note = f"; the mutation{'s' if len(meta.mutation) > 1 else ''} {', '.join(meta.mutation)} " \
+                       f"{'are' if len(meta.mutation) > 1 else 'is'} caught"
+        unguarded = [h for h in hunk_results if h.outcome == hk.UNGUARDED]
+        if unguarded:
+            where = ", ".join(f"{h.file}:{h.lines}" for h in unguarded)
+            return NOT_PROVEN, (f"without the fix the test {how}, but with the fix {len(unguarded)} hunk(s) can be "
+                                f"reverted and the tests still pass: {where}")
+        hunk_note = f"; {hk.summarize([dataclasses.asdict(h) for h in hunk_results])}" if hunk_results else ""
+        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}{hunk_note}"
+
+    # -- each hunk of the fix on its own ----------------------------------------------------------------
+    def run_hunks(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
+                  timeout: float | None = None) -> list[hk.HunkResult]:
+        git = self.work.git
+        maker = hk.RevertMaker(git, trees.after)
+        units = hk.fix_units(git, trees.parent, trees.after, patch, maker.lines)
+        hk.check_rules(patch, units, maker)
+        fix_files = list(dict.fromkeys(u.file for u in units))
+        results = []
+        for n, unit in enumerate(hk.order(units), 1):
+            why = hk.exemption(unit, patch.meta.hunks, maker.lines(unit.file))
+            if why:
+                results.append(hk.result(unit, hk.EXEMPT, why))
+                continue
+            commit = maker.commit(unit, f"verify: {patch.name} without {unit.label}")
+            git.update_ref(f"refs/patchset/verify/{patch.index:04d}/hunk-{n}", commit)
+            self.checkout(commit)
+            # a file the test build does not compile (llama's own sources) is compiled on its own
+            extra = hk.syntax_units(unit, fix_files, patch.meta.test_paths)
+            self.progress.begin(f"{patch.name} [{backend}] hunk {n}/{len(units)} {unit.label}: compiling", None)
+            errors = hk.syntax_check(self.src, extra) if extra else []
+            self.progress.end()
+            if errors:
+                results.append(hk.result(unit, hk.NOT_BUILT, "does not compile",
+                                         errors=hk.relative(errors[:10], self.src), commit=commit))
+                continue
+            step = self.run_tree(f"hunk-{n}", commit, patch, backend, tests, timeout)
+            if not step.build_ok:
+                results.append(hk.result(unit, hk.NOT_BUILT, "does not build",
+                                         errors=hk.relative(step.build_errors[:10], self.src), commit=commit,
+                                         build_duration_s=step.build_duration_s))
+                continue
+            failing = tuple(line for t in step.tests for line in t.get("failing", ()))
+            if step.verdict == "fails":
+                how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, timeout)
+                       for t in step.tests if t["verdict"] != testrun.PASSED]
+                outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
+            else:
+                outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
+                                                  else f"it builds and the tests: {step.verdict}")
+            results.append(hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
+                                     build_duration_s=step.build_duration_s, tests=step.tests))
+        # back in the source order of the patch for the evidence
+        rank = {(u.file, u.hunk, u.part): i for i, u in enumerate(units)}
+        return sorted(results, key=lambda r: rank[(r.file, r.hunk, r.part)])
 
     def _key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
         git = self.work.git
         parts = {
             "backend": backend,
             "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
-            "mutation": git.tree_of(trees.mutation) if trees.mutation else None,
+            "mutation": [git.tree_of(m) for m in trees.mutations] or None,
             "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
             "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
             "harness": buildmod.harness_digest(backend),
@@ -374,12 +452,24 @@ class Verifier:
         return self._host
 
 
+def _how_it_failed(test: dict, timeout: float | None) -> str:
+    if test.get("signal") == "SIGKILL" and timeout is not None and test["duration_s"] >= timeout:
+        return f"did not finish in {timeout:.0f}s (killed)"
+    if test.get("signal"):
+        return f"killed by {test['signal']}"
+    return f"exit {test['returncode']}, {test['failed']} failed"
+
+
 def _compiler_errors(log: Path) -> list[str]:
     errors = []
-    for line in log.read_text(errors="replace").splitlines():
+    lines = log.read_text(errors="replace").splitlines()
+    for line in lines:
         m = buildmod._ERROR.match(line)
         if m:
             errors.append(f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}")
+    if not errors:
+        # the linker has no file:line form: name the symbol it could not find
+        errors = [line.strip() for line in lines if "undefined reference to" in line]
     return errors
 
 
@@ -394,10 +484,12 @@ def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
            progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
-           cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> VerifyReport:
+           cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
+           hunks: bool = False) -> VerifyReport:
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
-        return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout), names, backends)
+        return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks), names,
+                       backends)
 
 
 def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) -> VerifyReport:
@@ -419,7 +511,8 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) ->
 
 
 def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
-    """Outcome per patch and backend from the evidence on disk (for `verify --report`)."""
+    """Outcome per patch and backend from the evidence on disk (for `verify --report`), with the
+    hunk summary where `--hunks` ran (e.g. `not proven (hunks 7/8 caught, 1 unguarded)`)."""
     series = load_series(project.patches_dir)
     rows = []
     for p in series.patches:
@@ -427,6 +520,6 @@ def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
         for b in buildmod.PROFILES:
             e = ev.load(project.evidence_dir, p.name, b)
             if e is not None:
-                cells[b] = e.outcome
+                cells[b] = e.outcome + (f" ({hk.summarize(e.hunks)})" if e.hunks_checked else "")
         rows.append((p.name, cells))
     return rows

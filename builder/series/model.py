@@ -28,10 +28,9 @@ BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
-    "Patchset-Before", "Patchset-Mutation", "Patchset-Ack", "Patchset-Origin", "Patchset-Effect",
+    "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Origin", "Patchset-Effect",
 )
-_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Mutation",
-           "Patchset-Origin"}
+_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Origin"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,59 @@ class TestSpec:
 
 
 @dataclass(frozen=True)
+class HunkRule:
+    """A `Patchset-Hunk` trailer: a line range of a file (after the patch) that is its own unit for
+    `verify --hunks`, or a range or function whose changes need no test (`exempt`, with the reason)."""
+
+    file: str
+    start: int = 0
+    end: int = 0
+    function: str = ""
+    reason: str = ""
+    """Why the changes need no test; empty for a split that is tested like any hunk."""
+
+    @property
+    def exempt(self) -> bool:
+        return bool(self.reason)
+
+    @property
+    def location(self) -> str:
+        """FILE:START-END, FILE:LINE or FILE:FUNCTION(), as the trailer writes it."""
+        if self.function:
+            return f"{self.file}:{self.function}()"
+        return f"{self.file}:{self.start}" + (f"-{self.end}" if self.end != self.start else "")
+
+    def __str__(self) -> str:
+        return self.location + (f" exempt: {self.reason}" if self.reason else "")
+
+
+_HUNK_RULE = re.compile(r"^(?P<file>[^\s:]+):(?:(?P<start>\d+)(?:-(?P<end>\d+))?|(?P<func>[A-Za-z_][\w:~]*)\(\))"
+                        r"(?:\s+exempt:\s*(?P<reason>.*))?$")
+
+
+def _parse_hunk_rule(value: str) -> HunkRule:
+    m = _HUNK_RULE.match(value.strip())
+    if not m:
+        raise ValueError("expected FILE:START-END or FILE:FUNCTION(), optionally followed by `exempt: REASON`")
+    file = m.group("file")
+    pp = PurePosixPath(file)
+    if pp.is_absolute() or ".." in pp.parts:
+        raise ValueError(f"'{file}' is not a path inside the tree")
+    reason = (m.group("reason") or "").strip()
+    if m.group("reason") is not None and not reason:
+        raise ValueError("`exempt:` needs a reason")
+    if m.group("func"):
+        if not reason:
+            raise ValueError("a function can only be named to exempt its changes: add `exempt: REASON`")
+        return HunkRule(file, function=m.group("func"), reason=reason)
+    start = int(m.group("start"))
+    end = int(m.group("end") or start)
+    if start < 1 or end < start:
+        raise ValueError(f"bad line range {start}-{end}")
+    return HunkRule(file, start, end, reason=reason)
+
+
+@dataclass(frozen=True)
 class PatchMeta:
     """What a patch's trailers say about it."""
 
@@ -64,9 +116,14 @@ class PatchMeta:
     """Backends on which the known-positive proof can run."""
     tests: tuple[TestSpec, ...] = ()
     test_paths: tuple[str, ...] = ()
+    test_in_tree: bool = False
+    """`Patchset-Test-Paths: none`: the patch has no test part of its own (it fixes the test program
+    itself), so its before tree is the tree it applies on."""
     before: str = "test-fails"
-    mutation: str = ""
-    """Path of a known-bad variant of the fix, relative to `patches/`."""
+    mutation: tuple[str, ...] = ()
+    """Paths of known-bad variants of the fix, relative to `patches/`; the test must catch each."""
+    hunks: tuple[HunkRule, ...] = ()
+    """`Patchset-Hunk` rules: finer splits of the fix's hunks and exemptions, for `verify --hunks`."""
     origin: str = ""
     """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
     effects: tuple[str, ...] = ()
@@ -257,6 +314,8 @@ def meta_from_trailers(
     findings: list[Finding] = []
     kw: dict = {}
     tests: list[TestSpec] = []
+    mutations: list[str] = []
+    hunks: list[HunkRule] = []
     seen: set[str] = set()
 
     def bad(key: str, value: str, why: str) -> None:
@@ -294,6 +353,8 @@ def meta_from_trailers(
                 tests.append(_parse_test(value))
             except ValueError as e:
                 bad(key, value, str(e))
+        elif canon == "Patchset-Test-Paths" and value.strip() == "none":
+            kw["test_in_tree"] = True
         elif canon == "Patchset-Test-Paths":
             paths = tuple(value.split())
             escaping = [p for p in paths if PurePosixPath(p).is_absolute() or ".." in PurePosixPath(p).parts]
@@ -317,8 +378,15 @@ def meta_from_trailers(
                 bad(key, value, "must be a path inside patches/")
             elif not (patches_dir / value).is_file():
                 bad(key, value, f"mutation file {patches_dir / value} does not exist")
+            elif value in mutations:
+                bad(key, value, "the same mutation is named twice")
             else:
-                kw["mutation"] = value
+                mutations.append(value)
+        elif canon == "Patchset-Hunk":
+            try:
+                hunks.append(_parse_hunk_rule(value))
+            except ValueError as e:
+                bad(key, value, str(e))
         elif canon == "Patchset-Origin":
             if not _ORIGIN.match(value):
                 bad(key, value, "must be a URL (http:// or https://) or a commit id, with an optional note after it")
@@ -329,7 +397,8 @@ def meta_from_trailers(
                 bad(key, value, "is empty")
             else:
                 effects.append(value)
-    return PatchMeta(tests=tuple(tests), effects=tuple(effects), **kw), findings
+    return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
+                     **kw), findings
 
 
 # a pull request or commit page, or a bare commit id (7 to 40 hex digits); a note may follow
@@ -473,7 +542,7 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
         if patch is not None:
             patches.append(patch)
     listed = {e.name for e in entries}
-    mutations = {p.meta.mutation for p in patches if p.meta.mutation}
+    mutations = {m for p in patches for m in p.meta.mutation}
     if patches_dir.is_dir():
         for path in sorted(patches_dir.rglob("*.patch")):
             rel = path.relative_to(patches_dir).as_posix()

@@ -1,0 +1,176 @@
+"""verify --hunks on a synthetic mini-upstream: one fix whose hunks reach every outcome.
+
+The fix has four hunks: calc.h defines CALC_ZERO (only the compiler guards it: calc.c uses it),
+calc_add's fix (the test guards it), calc_clamp's change (no test looks at it), and a reworded
+comment (exempt by itself).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_verify import commit_files, git, init_upstream, program_source, trailers, write_project
+
+from builder.cli import main
+from builder.gitrepo import GitRepo
+from builder.project import load_project
+from builder.prove import hunks as hk
+from builder.prove.verify import NOT_PROVEN, PROVEN, report_table, verify
+from builder.series.model import load_series
+
+
+def filler(name: str) -> str:
+    return "".join(f"int calc_{name}{i}(void) {{ return {i}; }}\n" for i in range(8))
+
+
+CALC_C = f"""\
+#include "calc.h"
+int calc_add(int a, int b) {{
+    return a - b;
+}}
+{filler("pad")}int calc_clamp(int a) {{
+    return a;
+}}
+{filler("more")}/* multiply two numbers */
+int calc_mul(int a, int b) {{ return a * b; }}
+"""
+CALC_H = """\
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+int calc_add(int a, int b);
+int calc_clamp(int a);
+int calc_mul(int a, int b);
+#ifdef __cplusplus
+}
+#endif
+"""
+FIXED_C = (CALC_C.replace("    return a - b;", "    return a + b + CALC_ZERO;")
+           .replace("    return a;\n", "    return a < 0 ? 0 : a;\n")
+           .replace("/* multiply two numbers */", "/* the product of two numbers */"))
+FIXED_H = CALC_H.replace('extern "C" {\n#endif\n', 'extern "C" {\n#endif\n#define CALC_ZERO 0\n')
+GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
+EXEMPT = "Patchset-Hunk: ggml/src/calc.c:calc_clamp() exempt: no caller passes a negative value yet\n"
+
+
+def make_project(base: Path, extra_trailers: str) -> Path:
+    src = init_upstream(base, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                               "ggml/src/calc.c": CALC_C})
+    commit_files(src, {"ggml/src/calc.c": FIXED_C, "ggml/include/calc.h": FIXED_H,
+                       "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
+                 "calc : add adds" + trailers("cpu", "test-add", extra_trailers))
+    return write_project(base, src)
+
+
+def run(base: Path, extra_trailers: str):
+    project = load_project(root=make_project(base, extra_trailers), cache_dir=base / "cache")
+    return project, verify(project, backends=["cpu"], hunks=True)
+
+
+def by_lines(report) -> dict[str, str]:
+    (v,) = report.verdicts
+    return {f"{h['file'].rsplit('/', 1)[1]}:{h['section'] or h['lines']}": h["outcome"] for h in v.hunks}
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory):
+    return run(tmp_path_factory.mktemp("hunks"), "")
+
+
+def test_each_hunk_gets_its_outcome(plain) -> None:
+    _, report = plain
+    (v,) = report.verdicts
+    got = {(h["file"], h["lines"]): h["outcome"] for h in v.hunks}
+    assert got == {
+        ("ggml/include/calc.h", "5"): hk.NOT_BUILT,
+        ("ggml/src/calc.c", "3"): hk.CAUGHT,
+        ("ggml/src/calc.c", "14"): hk.UNGUARDED,
+        ("ggml/src/calc.c", "24"): hk.EXEMPT,
+    }
+    hunks = {h["lines"]: h for h in v.hunks}
+    # caught: the failing case is named; not built: where the compiler stopped
+    assert any("add(want=5)" in f for f in hunks["3"]["failing"])
+    assert hunks["5"]["errors"][0].startswith("ggml/src/calc.c:3: ") and "CALC_ZERO" in hunks["5"]["errors"][0]
+    assert hunks["24"]["reason"] == "changes only comments or whitespace"
+    # the section is the definition the hunk changes
+    assert hunks["14"]["section"] == "int calc_clamp(int a) {"
+    assert hunks["3"]["section"] == "int calc_add(int a, int b) {"
+    # an unguarded hunk: the patch is not proven, and the reason names the hunk
+    assert v.outcome == NOT_PROVEN and "ggml/src/calc.c:14" in v.reason
+    assert not report.ok and not report.regressed
+
+
+def test_reverted_trees_differ_from_after_by_one_hunk(plain) -> None:
+    project, report = plain
+    (v,) = report.verdicts
+    work = project.work_repo
+    for h in v.hunks:
+        if not h["commit"]:
+            continue
+        diff = git(work, "diff", "--numstat", f"{h['commit']}^", h["commit"])
+        (line,) = diff.splitlines()
+        added, removed, path = line.split("\t")
+        # reverting swaps what the hunk added and removed
+        assert (path, int(added), int(removed)) == (h["file"], h["removed"], h["added"])
+
+
+def test_evidence_and_report_carry_the_hunk_table(plain) -> None:
+    project, report = plain
+    (v,) = report.verdicts
+    data = json.loads(v.evidence_json.read_text())
+    assert data["hunks_checked"] and [h["outcome"] for h in data["hunks"]] == [h["outcome"] for h in v.hunks]
+    md = v.evidence_md.read_text()
+    assert "each hunk of the fix reverted on its own" in md and "| unguarded |" in md
+    ((_, cells),) = report_table(project)
+    assert cells["cpu"] == f"{NOT_PROVEN} (hunks 1/4 caught, 1 not built, 1 exempt, 1 unguarded)"
+
+
+def test_cli_exits_4_on_an_unguarded_hunk(plain, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    project, _ = plain
+    monkeypatch.setenv("PATCHSET_CACHE", str(project.cache_dir))
+    assert main(["--project", str(project.root), "verify", "--hunks", "--backend", "cpu"]) == 4
+    out = capsys.readouterr().out
+    assert "unguarded" in out and "reused" in out
+    # a plain run reuses the evidence that has the hunk table, and says the same
+    assert main(["--project", str(project.root), "verify", "--report"]) == 0
+    assert "1 unguarded" in capsys.readouterr().out
+
+
+def test_exemption_trailer_makes_it_exempt(tmp_path: Path) -> None:
+    _, report = run(tmp_path, EXEMPT)
+    (v,) = report.verdicts
+    got = {h["lines"]: (h["outcome"], h["reason"]) for h in v.hunks}
+    assert got["14"] == (hk.EXEMPT,
+                         "no caller passes a negative value yet (Patchset-Hunk ggml/src/calc.c:calc_clamp())")
+    assert [got[k][0] for k in ("3", "5", "24")] == [hk.CAUGHT, hk.NOT_BUILT, hk.EXEMPT]
+    assert v.outcome == PROVEN and report.ok
+    assert "hunks 1/4 caught, 1 not built, 2 exempt" in v.reason
+
+
+def test_a_range_splits_a_hunk_and_stale_rules_are_errors(tmp_path: Path) -> None:
+    """No build here: the units a rule makes, and a rule that names no change."""
+    project = load_project(root=make_project(tmp_path, "Patchset-Hunk: ggml/src/calc.c:3-3\n"), cache_dir=tmp_path)
+    patch = load_series(project.patches_dir).patches[0]
+    src = tmp_path / "src"
+    after, parent = git(src, "rev-parse", "HEAD"), git(src, "rev-parse", "HEAD^")
+    units = hk.fix_units(GitRepo(src), parent, after, patch)
+    assert [(u.file, u.label) for u in units] == [
+        ("ggml/include/calc.h", "ggml/include/calc.h:5"), ("ggml/src/calc.c", "ggml/src/calc.c:3"),
+        ("ggml/src/calc.c", "ggml/src/calc.c:14"), ("ggml/src/calc.c", "ggml/src/calc.c:24")]
+    # a hunk that mixes two changes: the range names one of them, the rest is its own unit
+    two = hk.Unit("ggml/src/calc.c", 1, "", "", (hk.Change("-", "x\n", 3), hk.Change("+", "y\n", 3),
+                                                 hk.Change("-", "p\n", 5), hk.Change("+", "q\n", 5)))
+    rule = patch.meta.hunks[0]
+    parts = hk._split(two.file, 1, "", list(two.changes), "M", [rule])
+    assert [(p.part, p.label, p.rule) for p in parts] == [("a", "ggml/src/calc.c:3", rule),
+                                                          ("b", "ggml/src/calc.c:5", None)]
+    # reverting one part leaves the other in place
+    text = "l1\nl2\ny\nl4\nq\n"
+    assert hk.revert_text(text, parts[0]) == "l1\nl2\nx\nl4\nq\n"
+    assert hk.revert_text(text, parts[1]) == "l1\nl2\ny\nl4\np\n"
+    stale = hk.HunkRule("ggml/src/calc.c", 40, 41, reason="nothing here")
+    assert hk.unused_rules(units, (stale,), lambda f: []) == [stale]

@@ -269,11 +269,12 @@ def test_a_second_build_is_reproducible_and_compiles_nothing(project: Project, b
                 assert z1.read(name) == z2.read(name), name
             assert z1.getinfo(name).date_time == z2.getinfo(name).date_time, name
         differing = {n for n in z1.namelist() if z1.read(n) != z2.read(n)}
-    # the libraries are the same too; llama.cpp's install rules write scikit-build-core's temporary
-    # install prefix into llama.pc, and RECORD holds its hash (docs/releasing.md)
+    # the libraries are the same too; llama.cpp's and ggml's install rules write scikit-build-core's
+    # temporary install prefix into llama.pc and ggml-config.cmake, and RECORD holds their hashes
+    # (docs/releasing.md)
     print(f"\nfiles that differ between the two wheels: {sorted(differing) or 'none'}")
     dist_info = next(n.split("/")[0] for n in z1.namelist() if n.endswith(".dist-info/RECORD"))
-    assert differing <= {"lib/pkgconfig/llama.pc", f"{dist_info}/RECORD"}
+    assert differing <= {"lib/pkgconfig/llama.pc", "lib/cmake/ggml/ggml-config.cmake", f"{dist_info}/RECORD"}
 
 
 def test_one_patch_less_gives_other_provenance_and_version(project: Project, built: WheelResult,

@@ -61,11 +61,6 @@ def format_mails(git: GitRepo, *revs: str) -> list[tuple[str, bytes]]:
         return [(f.name, normalize(f.read_bytes())) for f in files]
 
 
-def mail_for_commit(git: GitRepo, commit: str) -> bytes:
-    """The normalized mail of one commit, byte for byte as refresh would write it."""
-    return format_mails(git, "-1", commit)[0][1]
-
-
 _HEADER = "# patchset series: one patch file per line, applied in order (written by `patchset refresh`)\n"
 
 

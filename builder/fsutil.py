@@ -7,11 +7,27 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Never leave a half-written file: write beside it, fsync, rename over it."""
+    """Never leave a half-written file: write beside it, fsync, rename over it.
+
+    The file gets the mode a plain open() would give it: the mode of the file it replaces, else
+    0666 less the umask (mkstemp's own 0600 would hide outputs such as a wheel's provenance from
+    other users and drop a script's executable bit).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

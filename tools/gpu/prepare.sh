@@ -3,7 +3,13 @@
 # verified pin, and wheels of what patchset needs that the machine's image lacks. Run here, from
 # anywhere in the checkout, after `patchset fetch` works:
 #
-#   tools/gpu/prepare.sh [DIR]        (default: .cudabuild, git-ignored)
+#   tools/gpu/prepare.sh [--wheel] [DIR]        (default: .cudabuild, git-ignored)
+#
+# --wheel also carries what `patchset wheel` needs there (run.sh's `wheel` step): the pin's
+# bindings sdist repacked without its vendor/llama.cpp (the wheel replaces that folder with the
+# patched tree anyway; the whole sdist, 76 MB, is over the device's 64 MiB carry) as
+# wheel/bindings.tar.gz with its sha256 in wheel/bindings.sha256, and the wheels of the bindings'
+# runtime dependencies, so that the built wheel can be installed and imported there.
 #
 # Measured: about 38 MB in all (the bundle is the pin's whole tree, ~34 MB: fetch checks its tree
 # id against the pin, so a slice of it would not do). cmake is not carried (the GPU image has
@@ -12,6 +18,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+with_wheel=0
+[ "${1:-}" = --wheel ] && { with_wheel=1; shift; }
 dir=${1:-.cudabuild}
 py=${PYTHON:-$root/.venv/bin/python}
 tmp="$dir.tmp"
@@ -34,6 +42,30 @@ for ver in 3.11 3.12; do
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform linux_x86_64 \
         --python-version "$ver" --implementation cp -d "$tmp/wheels" -r "$tmp/requirements.txt"
 done
+
+if [ "$with_wheel" = 1 ]; then
+    mkdir -p "$tmp/wheel"
+    sdist=$(ls "${PATCHSET_CACHE:-$HOME/.cache/patchset}"/downloads/*/llama_cpp_python-*.tar.gz | head -1)
+    "$py" - "$sdist" "$tmp/wheel/bindings.tar.gz" "$tmp/wheel/runtime.txt" <<'PY'
+import gzip, hashlib, io, pathlib, re, sys, tarfile, tomllib
+src, dst, reqs = sys.argv[1:4]
+with tarfile.open(src) as tin:
+    members = [m for m in tin.getmembers() if "/vendor/llama.cpp/" not in m.name + "/"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tout:
+        for m in members:
+            tout.addfile(m, tin.extractfile(m) if m.isfile() else None)
+    top = members[0].name.split("/")[0]
+    deps = tomllib.loads(tin.extractfile(f"{top}/pyproject.toml").read().decode())["project"]["dependencies"]
+with open(dst, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:
+    gz.write(buf.getvalue())
+pathlib.Path(dst).with_name("bindings.sha256").write_text(hashlib.sha256(pathlib.Path(dst).read_bytes()).hexdigest() + "\n")
+pathlib.Path(reqs).write_text("\n".join(deps) + "\n")
+PY
+    "$py" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+        --python-version 3.12 --implementation cp -d "$tmp/wheels" -r "$tmp/wheel/runtime.txt"
+fi
 
 "$py" - "$tmp" <<'PY'
 import hashlib, json, pathlib, sys, time

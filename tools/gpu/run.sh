@@ -8,6 +8,9 @@
 # Steps, run in order (each writes into $OUT; at most 8 files come back from a device call):
 #   main              patchset build, test and verify on the patched tree -> test.json, verify.json
 #   sweep:NAME:OPS    patchset test --against upstream --ops OPS (all ops: OPS=all) -> sweep-NAME.json
+#   wheel             patchset wheel from the carried bindings sdist (prepare.sh --wheel), installed
+#                     into a new venv with --no-index and imported from an empty folder
+#                     -> wheel-provenance.json, wheel-check.txt
 # Every call also writes run-NAME.json (what ran: commands, exit codes, seconds, date, host, GPU,
 # pin, patch hashes) and log.txt (patchset's output). State that later calls reuse (venv, cache,
 # work repository, build folders) lives in the git-ignored .patchset/, which the device keeps
@@ -135,6 +138,24 @@ PY
             mode=(); [ "$backend" = cuda ] && mode=(--mode test)
             step "sweep-$name" "$ps" test --against upstream --backend "$backend" "${mode[@]}" "${sel[@]}" "${w[@]}" \
                 "${arch[@]}" --json "$out/sweep-$name.json" || status=1
+            ;;
+        wheel)
+            [ -f "$carry/wheel/bindings.tar.gz" ] || { note "no bindings sdist in $carry (prepare.sh --wheel)"; status=2; continue; }
+            dist="$root/.patchset/dist-$backend"
+            rm -rf "$dist"
+            step wheel "$ps" wheel --backend "$backend" "${arch[@]}" --sdist "$carry/wheel/bindings.tar.gz" \
+                --sdist-sha256 "$(cat "$carry/wheel/bindings.sha256")" --out "$dist" || { status=1; continue; }
+            whl=$(ls "$dist"/*.whl | head -1)
+            wv="$root/.patchset/wheel-venv"
+            rm -rf "$wv"
+            step wheel-venv python3 -m venv --without-pip "$wv" || { status=1; continue; }
+            step wheel-install "$py" -m pip --python "$wv/bin/python" install --quiet --disable-pip-version-check \
+                --no-index --find-links "$carry/wheels" "$whl" || { status=1; continue; }
+            empty=$(mktemp -d)
+            (cd "$empty" && step wheel-check "$wv/bin/python" "$root/tools/gpu/wheel_check.py") || status=1
+            (cd "$empty" && "$wv/bin/python" -m llama_cpp.patchset --json > "$out/wheel-provenance.json" 2>> "$log") || status=1
+            sed -n '/^== wheel-check: .*(at most/,/^== wheel-check: exit/p' "$log" > "$out/wheel-check.txt" || true
+            ls -l "$dist" >> "$out/wheel-check.txt"
             ;;
         *) note "unknown step '$s'"; status=2 ;;
     esac

@@ -65,7 +65,7 @@ def test_generated_from_evidence_files_and_hand_text_kept(tmp_path: Path) -> Non
     assert "needs metal (2026-11-30)" in row4
     assert "not run" in row4  # metal: no evidence committed
     assert "NVIDIA H200, 16 cores" in block
-    assert "| 2026-11-30T04:00:00Z | build | `patchset build --backend cuda` | 0 | 271 |" in block
+    assert "| 2026-11-30T04:00:00Z | NVIDIA H200, 16 cores | build | `patchset build --backend cuda` | 0 | 271 |" in block
     assert "| a | test | ^A | 120 | 0 | 2 | 0 | 0 | 0 | 5 | 0 |" in block
     assert "[verify.json](evidence/cuda/verify.json)" in block
     assert ".github/workflows/metal.yml" in block
@@ -94,3 +94,26 @@ def test_unreadable_evidence_names_the_file(tmp_path: Path) -> None:
     (folder / "run-main.json").write_text("{not json")
     with pytest.raises(InputError, match=r"run-main\.json"):
         backends_doc.load_evidence(tmp_path / "evidence")
+
+
+def test_a_cell_says_when_its_evidence_is_for_an_older_revision_of_the_patch(tmp_path: Path) -> None:
+    import hashlib
+
+    root = _project(tmp_path)
+    series = load_series(root / "patches")
+    p3, p4 = series.patches[2], series.patches[3]
+    cpu = root / "docs" / "evidence" / "cpu"
+    cpu.mkdir(parents=True)
+    run = _run_record("cpu", "NVIDIA H200, 580.159.04, 143771 MiB")
+    run["steps"].append({"step": "verify", "exit": 0, "seconds": 100, "command": "patchset verify --backend cpu"})
+    run["patches"] = [{"name": p3.name, "sha256": hashlib.sha256(p3.path.read_bytes()).hexdigest()},
+                      {"name": p4.name, "sha256": "cd" * 32}]
+    (cpu / "run-main.json").write_text(json.dumps(run))
+    (cpu / "verify.json").write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": "cpu", "patches": {
+        p.name.removesuffix(".patch"): {"outcome": "proven", "created": "2026-11-30T04:05:00Z"} for p in (p3, p4)}}))
+    block = backends_doc.generate(series, root / "docs" / "evidence", root / "docs")
+    rows = {line.split(" | ")[0]: line for line in block.splitlines() if line.startswith("| ")}
+    assert "proven (2026-11-30) |" in rows["| 3"]
+    assert "proven (2026-11-30; older revision `cdcdcdcdcdcd`)" in rows["| 4"]
+    # a CPU run on the GPU machine is named by its CPU, not by the GPU beside it
+    assert "x86_64 CPU, 16 cores (the NVIDIA H200 machine)" in block

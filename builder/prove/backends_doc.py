@@ -16,6 +16,7 @@ Evidence of one backend, as tools/gpu/run.sh writes it into $OUT and as committe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ checks that it is up to date. Text outside the markers is written by hand and ke
 # what to say for a backend with no committed evidence
 WORKFLOWS = {
     "metal": "not run: no Apple silicon here. Workflow ready: `.github/workflows/metal.yml` (build, op tests, "
-             "`verify --backend metal 1 4`, evidence uploaded as an artifact). On Linux, `.ci/run` compile-checks "
+             "`verify --backend metal`: the proofs of the patches that need Metal, evidence uploaded as an artifact). On Linux, `.ci/run` compile-checks "
              "the Metal host C++ of the patched tree (`patchset build --backend metal`).",
     "cuda": "not run yet. Workflow ready: `.github/workflows/cuda.yml` (build in a CUDA container; tests on a "
             "GPU runner); offline on a GPU machine: `tools/gpu/run.sh`",
@@ -88,9 +89,25 @@ def _backends(evidence: dict[str, BackendEvidence]) -> list[str]:
 
 def _machine(run: dict) -> str:
     host = run.get("host", {})
-    gpu = run.get("gpu", "")
-    what = gpu.split(",")[0].strip() if gpu else f"{host.get('machine', '?')} CPU"
-    return f"{what}, {host.get('cpus', '?')} cores"
+    gpu = run.get("gpu", "").split(",")[0].strip()
+    if gpu and run.get("backend") != "cpu":
+        return f"{gpu}, {host.get('cpus', '?')} cores"
+    return f"{host.get('machine', '?')} CPU, {host.get('cpus', '?')} cores" + (f" (the {gpu} machine)" if gpu else "")
+
+
+def _verify_run_patches(ev: BackendEvidence) -> dict[str, str]:
+    """Patch file name -> sha256 as the newest run with a `verify` step recorded them."""
+    runs = [r for r in ev.runs if any(s.get("step") == "verify" for s in r.get("steps", []))]
+    if not runs:
+        return {}
+    newest = max(runs, key=lambda r: r.get("date", ""))
+    return {x["name"]: x["sha256"] for x in newest.get("patches", [])}
+
+
+def _revision_note(current: str, recorded: str | None) -> str:
+    if recorded is None or recorded == current:
+        return ""
+    return f"; older revision `{recorded[:12]}`"
 
 
 def _link(ev: BackendEvidence, name: str, docs: Path) -> str:
@@ -104,8 +121,10 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
     out = [BEGIN, "", "## Known-positive proofs, patch by backend", ""]
     out += ["| # | patch | " + " | ".join(backends) + " |",
             "| --- | --- | " + " | ".join("---" for _ in backends) + " |"]
+    recorded = {b: _verify_run_patches(ev) for b, ev in evidence.items()}
     for p in series.patches:
         stem = p.name.removesuffix(".patch")
+        sha = hashlib.sha256(p.path.read_bytes()).hexdigest()
         cells = []
         for b in backends:
             ev = evidence.get(b)
@@ -115,11 +134,13 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
             elif not rec:
                 cells.append("not verified there")
             else:
-                cells.append(f"{rec.get('outcome', '?')} ({rec.get('created', '?')[:10]})")
+                cells.append(f"{rec.get('outcome', '?')} ({rec.get('created', '?')[:10]}"
+                             f"{_revision_note(sha, recorded[b].get(p.name))})")
         out.append(f"| {p.index} | {p.subject} | " + " | ".join(cells) + " |")
     out += ["", "Cells: the outcome `patchset verify` recorded on that backend, and the day it ran. `needs X`: the",
             "failing-before half can only run on X; the patch's tests for this backend were still run with the",
-            "fix and passed (else: regressed).", ""]
+            "fix and passed (else: regressed). `older revision`: the evidence is for an earlier version of the",
+            "patch file (its sha256 is shown), not for the one committed now.", ""]
     out += ["## What ran where", ""]
     for b in backends:
         ev = evidence.get(b)
@@ -128,17 +149,21 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
         if ev is None:
             out += [WORKFLOWS.get(b, "not run: no evidence committed under docs/evidence/" + b), ""]
             continue
-        first = ev.runs[0]
+        runs = sorted(ev.runs, key=lambda r: r.get("date", ""))
+        machines = list(dict.fromkeys(_machine(r) + "; " + r.get("host", {}).get("platform", "")
+                                      + (f"; {r['nvcc']}" if r.get("nvcc") and r.get("gpu") else "") for r in runs))
+        patch_sets = list(dict.fromkeys(", ".join(f"{x['name'][:4]} `{x['sha256'][:12]}`" for x in r.get("patches", []))
+                                        for r in runs))
         files = sorted(p.name for p in ev.folder.iterdir() if p.suffix == ".json")
-        out += [f"- machine: {_machine(first)}; {first.get('host', {}).get('platform', '')}"
-                + (f"; {first['nvcc']}" if first.get("nvcc") and first.get("gpu") else ""),
-                f"- pin: {first.get('pin', {}).get('tag', '')} `{first.get('pin', {}).get('commit', '')}`; patches: "
-                + ", ".join(f"{x['name'][:4]} `{x['sha256'][:12]}`" for x in first.get("patches", [])),
+        newest = runs[-1]
+        out += [f"- machine{'s' if len(machines) > 1 else ''}: " + " / ".join(machines),
+                f"- pin: {newest.get('pin', {}).get('tag', '')} `{newest.get('pin', {}).get('commit', '')}`; patches: "
+                + " / ".join(patch_sets),
                 "- evidence: " + ", ".join(_link(ev, f, docs_dir) for f in files), ""]
-        out += ["| date | step | command | exit | seconds |", "| --- | --- | --- | --- | --- |"]
-        for run in ev.runs:
+        out += ["| date | machine | step | command | exit | seconds |", "| --- | --- | --- | --- | --- | --- |"]
+        for run in runs:
             for s in run.get("steps", []):
-                out.append(f"| {run.get('date', '?')} | {s['step']} | `{s['command']}` | "
+                out.append(f"| {run.get('date', '?')} | {_machine(run)} | {s['step']} | `{s['command']}` | "
                            f"{'-' if s['exit'] is None else s['exit']} | {s['seconds']} |")
         out.append("")
         if ev.sweeps:

@@ -11,6 +11,7 @@ The mini-upstream of test_verify.py, with a series whose test programs read diff
 | 3 | calc_neg | tests/testlib.h | tests/testlib.h (a comment) |
 | 4 | calc_mul | tests/testlib.h | |
 | 5 | calc_div | ggml/include/extra.h | |
+| 6 | (no test: a fork's series is mostly such patches) | | docs/notes.md |
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
-from builder.prove.verify import PROVEN, PatchVerdict, verify
+from builder.prove.verify import NOT_PROVEN, PROVEN, PatchVerdict, verify
 from builder.series.apply import apply
 from builder.series.model import load_series
 from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, mutation, write_project
@@ -122,6 +123,7 @@ def series_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        "tests/test-div.cpp": standalone("div", "calc_div(CALC_DIV_CASE)", 4,
                                                         '#include "extra.h"')},
                  "calc : div divides" + trailers("test-div", "tests/test-div.cpp"))
+    commit_files(src, {"docs/notes.md": "calc: notes\n"}, "docs : notes\n\nPatchset-Status: fork-only\n")
     project = write_project(base, src)
     for name, text in mutations.items():
         (project / "patches" / "mutations" / f"{name}.patch").write_text(text)
@@ -136,7 +138,8 @@ def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathF
     project = load_project(root=root, cache_dir=tmp_path_factory.mktemp("cache"))
     apply(project)
     first = verify(project, backends=["cpu"])
-    assert [v.outcome for v in first.verdicts] == [PROVEN] * 5, [v.reason for v in first.verdicts]
+    assert [v.outcome for v in first.verdicts] == [PROVEN] * 5 + [NOT_PROVEN], [v.reason for v in first.verdicts]
+    assert first.verdicts[5].reason == "the patch declares no backend for its proof"
     return project
 
 
@@ -159,7 +162,7 @@ def reverify(project: Project, reuse: bool = True) -> tuple[dict[int, PatchVerdi
     logs = project.state_dir / "verify" / "logs"
     shutil.rmtree(logs)
     report = verify(project, backends=["cpu"], reuse=reuse)
-    assert all(v.outcome == PROVEN for v in report.verdicts), [v.reason for v in report.verdicts]
+    assert [v.outcome for v in report.verdicts][:5] == [PROVEN] * 5, [v.reason for v in report.verdicts]
     ran = {number(d.name) for d in logs.iterdir()} if logs.exists() else set()
     return {number(v.patch): v for v in report.verdicts}, ran
 
@@ -176,6 +179,8 @@ def test_edit_in_the_middle_reproves_only_the_readers_of_the_changed_file(projec
     assert ran == {3, 4}
     assert carried(verdicts) == {5}
     assert {n for n, v in verdicts.items() if v.reused and not v.carried} == {1, 2}
+    # 6 has no test: nothing to build, whatever changed
+    assert verdicts[6].outcome == NOT_PROVEN and not verdicts[6].reused
     assert "tests/testlib.h changed" in verdicts[4].reason
     five = verdicts[5]
     assert five.reason.startswith("earlier proof holds: the ")

@@ -136,8 +136,10 @@ class TreeMaker:
         trees: dict[int, Trees] = {}
         prev = self.base
         for p in series.patches:
-            if p.meta.test_in_tree:
-                before = prev  # a fix to the test program itself: before is the tree it applies on
+            if p.meta.test_in_tree or not p.meta.tests:
+                # a fix to the test program itself: before is the tree it applies on; a patch with no
+                # test has no before tree to run (a fork's series is mostly such patches)
+                before = prev
             else:
                 before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
             after = self.commit(prev, p.path, f"verify: after {p.name}")

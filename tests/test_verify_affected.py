@@ -12,6 +12,7 @@ The mini-upstream of test_verify.py, with a series whose test programs read diff
 | 4 | calc_mul | tests/testlib.h | |
 | 5 | calc_div | ggml/include/extra.h | |
 | 6 | (no test: a fork's series is mostly such patches) | | docs/notes.md |
+| 7 | adds calc_twice (its before tree fails to compile) | | |
 """
 
 from __future__ import annotations
@@ -124,6 +125,13 @@ def series_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                         '#include "extra.h"')},
                  "calc : div divides" + trailers("test-div", "tests/test-div.cpp"))
     commit_files(src, {"docs/notes.md": "calc: notes\n"}, "docs : notes\n\nPatchset-Status: fork-only\n")
+    twice = "int calc_twice(int a) { return 2 * a; }\n"
+    commit_files(src, {"ggml/include/calc.h": CALC_H.replace("int calc_div(int a, int b);",
+                                                             "int calc_div(int a, int b);\nint calc_twice(int a);"),
+                       "ggml/src/calc.c": (src / "ggml/src/calc.c").read_text() + twice,
+                       "tests/test-twice.cpp": standalone("twice", "calc_twice(4)", 8)},
+                 "calc : add calc_twice" + trailers("test-twice", "tests/test-twice.cpp",
+                                                    "Patchset-Before: build-fails\n"))
     project = write_project(base, src)
     for name, text in mutations.items():
         (project / "patches" / "mutations" / f"{name}.patch").write_text(text)
@@ -138,7 +146,8 @@ def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathF
     project = load_project(root=root, cache_dir=tmp_path_factory.mktemp("cache"))
     apply(project)
     first = verify(project, backends=["cpu"])
-    assert [v.outcome for v in first.verdicts] == [PROVEN] * 5 + [NOT_PROVEN], [v.reason for v in first.verdicts]
+    assert [v.outcome for v in first.verdicts] == [PROVEN] * 5 + [NOT_PROVEN, PROVEN], \
+        [v.reason for v in first.verdicts]
     assert first.verdicts[5].reason == "the patch declares no backend for its proof"
     return project
 
@@ -162,7 +171,8 @@ def reverify(project: Project, reuse: bool = True) -> tuple[dict[int, PatchVerdi
     logs = project.state_dir / "verify" / "logs"
     shutil.rmtree(logs)
     report = verify(project, backends=["cpu"], reuse=reuse)
-    assert [v.outcome for v in report.verdicts][:5] == [PROVEN] * 5, [v.reason for v in report.verdicts]
+    assert [v.outcome for v in report.verdicts] == [PROVEN] * 5 + [NOT_PROVEN, PROVEN], \
+        [v.reason for v in report.verdicts]
     ran = {number(d.name) for d in logs.iterdir()} if logs.exists() else set()
     return {number(v.patch): v for v in report.verdicts}, ran
 
@@ -177,7 +187,8 @@ def test_edit_in_the_middle_reproves_only_the_readers_of_the_changed_file(projec
     # 3 itself changed; 4 reads tests/testlib.h, which 3 changes; 5 does not read it; 1 and 2
     # come before the edit (their trees are the same: the evidence is reused as before)
     assert ran == {3, 4}
-    assert carried(verdicts) == {5}
+    # 7's before tree does not compile: it is checked on the files its after tree was built from
+    assert carried(verdicts) == {5, 7}
     assert {n for n, v in verdicts.items() if v.reused and not v.carried} == {1, 2}
     # 6 has no test: nothing to build, whatever changed
     assert verdicts[6].outcome == NOT_PROVEN and not verdicts[6].reused
@@ -201,7 +212,7 @@ def test_edit_in_the_middle_reproves_only_the_readers_of_the_changed_file(projec
     # and a second run reuses everything, the carried proof included
     again, ran = reverify(project)
     assert ran == set() and all(v.reused for v in again.values())
-    assert carried(again) == {5} and "earlier proof holds" in again[5].reason
+    assert carried(again) == {5, 7} and "earlier proof holds" in again[5].reason
 
 
 def test_what_each_program_was_built_from(project: Project) -> None:
@@ -227,7 +238,7 @@ def test_a_header_one_program_includes_reproves_exactly_that_patch(project: Proj
     edit(project, 2, "+// the cases of the div test", "+// the cases of test-div")
     verdicts, ran = reverify(project)
     assert ran == {2, 5}
-    assert carried(verdicts) == {3, 4}
+    assert carried(verdicts) == {3, 4, 7}
     assert "ggml/include/extra.h changed" in verdicts[5].reason
     assert "re-proven" in verdicts[2].reason
 
@@ -235,7 +246,7 @@ def test_a_header_one_program_includes_reproves_exactly_that_patch(project: Proj
 def test_force_reproves_every_patch(project: Project) -> None:
     edit(project, 3, "+// report: one case per program", "+// report: prints one case")
     verdicts, ran = reverify(project, reuse=False)
-    assert ran == {1, 2, 3, 4, 5}
+    assert ran == {1, 2, 3, 4, 5, 7}
     assert not any(v.carried or v.reused for v in verdicts.values())
 
 

@@ -211,7 +211,8 @@ class Verifier:
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
         self.inputs: dict[str, tuple[str, ...] | None] = {}
-        """Per commit built: the files of the tree its test programs were built from (None: unknown)."""
+        """Per commit built: the files of the tree its test programs were built from (None: ninja
+        could not say; empty: the build failed)."""
         self._blobs: dict[str, dict[str, str]] = {}
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
@@ -266,7 +267,9 @@ class Verifier:
         self.progress.end()
         command = f"cmake --build {used.build_dir} --target {' '.join(buildmod.ninja_targets(used))}"
         tree_id = self.work.git.tree_of(commit)
-        self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else None
+        # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
+        # files the other trees' programs were built from, in its own version: () adds none
+        self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
         if not result.ok:
             errors = _compiler_errors(result.log)
             only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
@@ -423,7 +426,7 @@ class Verifier:
         empty when ninja could not say for one of them (then the proof is never carried over)."""
         named = trees.named()
         inputs = [self.inputs.get(commit) for _, commit in named]
-        if any(i is None for i in inputs):
+        if any(i is None for i in inputs) or not self.inputs.get(trees.after):
             return {}
         paths = sorted({p for i in inputs for p in i or ()})
         files = {name: {p: self._tree_blobs(commit).get(p) for p in paths} for name, commit in named}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.cli import build_parser
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
@@ -257,3 +258,9 @@ def test_a_changed_mutation_is_proven_again(project: Project) -> None:
     verdicts, ran = reverify(project)
     assert ran == {1}
     assert "re-proven: the mutation mutations/add-subtracts.patch changed" in verdicts[1].reason
+
+
+def test_force_is_a_flag_of_verify() -> None:
+    args = build_parser().parse_args(["verify", "--force"])
+    assert args.no_reuse is True
+    assert build_parser().parse_args(["verify"]).no_reuse is False

@@ -336,7 +336,11 @@ class Verifier:
             reason = f"{said} (evidence reused from the run of {old.created}: trees unchanged)"
             return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks,
                                 carried=bool(old.holds))
-        if old.outcome != PROVEN or not old.depends:
+        if old.outcome != PROVEN:
+            return None
+        if not old.depends:
+            self.reproved_because[(patch.name, backend)] = \
+                "the earlier evidence does not record what its test programs were built from"
             return None
         if self.hunks or old.hunks_checked:
             # the reverted trees also compile files outside the test programs (-fsyntax-only)

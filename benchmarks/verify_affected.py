@@ -18,7 +18,13 @@ build folder. The real-pin series of benchmarks/fork_series.py is not used: its 
 add a comment to tests/test-opt.cpp (they are not proven, so there is no proof to carry), and each
 tree of it rebuilds much of ggml (minutes per tree on 2 cores).
 
-Usage: python benchmarks/verify_affected.py [-n 40] [--tests 6]
+`--real`: the same three runs on the real pin with this project's series: `verify 2 3 --backend
+cpu` (both test-opt proofs, patch 3 with two mutations) after an edit of patch 1 (the Metal fix: a
+comment line in ggml-metal-common.cpp, which the CPU programs are not built from). Heavy: a cold
+verify of patches 2 and 3 first, then the two full re-proofs (each rebuilds most of ggml per tree
+switch, as patch 3 changes ggml-backend.h).
+
+Usage: python benchmarks/verify_affected.py [-n 40] [--tests 6] | --real [--cache DIR] [-j N]
 """
 
 from __future__ import annotations
@@ -28,14 +34,15 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from _common import ROOT, row, tempdir, timed
+from _common import ROOT, row, scratch_project, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder.project import load_project
-from builder.prove.verify import PROVEN, verify
+from builder.project import Project, default_cache_dir, load_project
+from builder.prove.verify import PROVEN, VerifyReport, verify
 from builder.series.apply import apply
 from builder.series.model import load_series
 from tests.test_verify import commit_files, init_upstream, program_source, write_project
@@ -116,46 +123,90 @@ def strip_depends(evidence: Path) -> None:
         f.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def edit_real(root: Path) -> int:
+    """Patch 1 of the real series: one comment line of its ggml-metal-common.cpp says something else."""
+    patch = load_series(root / "patches").patches[0].path
+    text = patch.read_text()
+    old = "+    // written only by the thread whose record took the count from 0 to 1\n"
+    assert text.count(old) == 1, patch
+    patch.write_text(text.replace(old, old.replace(" to 1", " to 1 (edited)")))
+    return 1
+
+
+def compare(project: Project, label: str, n: int, pristine: Path, proven: list[str], run: Callable) -> None:
+    """verify with earlier proofs carried, as before, and --force, each from the evidence in `pristine`."""
+    times = {}
+    reproved = {}
+    for mode in ("affected", "before", "force"):
+        shutil.rmtree(project.evidence_dir)
+        shutil.copytree(pristine, project.evidence_dir)
+        if mode == "before":
+            strip_depends(project.evidence_dir)
+        t, rep = timed(lambda mode=mode: run(reuse=mode != "force"))
+        assert all(v.outcome == PROVEN for v in rep.verdicts if v.patch in proven), rep
+        times[mode] = t
+        reproved[mode] = sum(1 for v in rep.verdicts if v.patch in proven and not v.reused)
+        print(f"  {mode}: " + "; ".join(f"{v.patch[:4]} {v.reason}" for v in rep.verdicts), flush=True)
+    print(f"\nedit of patch {n} ({label}: {load_series(project.patches_dir).patches[n - 1].name})")
+    print(row(f"verify, earlier proofs carried ({reproved['affected']} re-proven)", times["affected"]))
+    print(row(f"verify as before: changed trees ({reproved['before']} re-proven)", times["before"]))
+    print(row(f"verify --force ({reproved['force']} re-proven)", times["force"]))
+    print(f"before / carried = {times['before'] / times['affected']:.1f}x; "
+          f"--force / carried = {times['force'] / times['affected']:.1f}x", flush=True)
+
+
+def synthetic(base: Path, n: int, tests: int) -> None:
+    root, edits = make_series(base, n, tests)
+    project = load_project(root=root, cache_dir=base / "cache")
+    apply(project)
+    t_cold, cold = timed(lambda: verify(project, backends=["cpu"]))
+    proven = [v.patch for v in cold.verdicts if v.outcome == PROVEN]
+    assert len(proven) == tests, [(v.patch, v.outcome, v.reason) for v in cold.verdicts]
+    print(f"{n} patches, {tests} with their own test program; cold verify {t_cold:.1f} s", flush=True)
+    pristine = base / "evidence-proven"
+    shutil.copytree(project.evidence_dir, pristine)
+    patches = base / "patches-proven"
+    shutil.copytree(project.patches_dir, patches)
+    for label, k in edits.items():
+        shutil.rmtree(project.patches_dir)
+        shutil.copytree(patches, project.patches_dir)
+        edit(root, k)
+        compare(project, label, k, pristine, proven, lambda reuse: verify(project, backends=["cpu"], reuse=reuse))
+
+
+def real(base: Path, cache: Path | None, jobs: int) -> None:
+    root = scratch_project(base)
+    project = load_project(root=root, state_dir=root / ".patchset", cache_dir=cache or default_cache_dir())
+    apply(project)
+
+    def run(reuse: bool = True) -> VerifyReport:
+        return verify(project, ["2", "3"], backends=["cpu"], reuse=reuse, jobs=jobs)
+
+    t_cold, cold = timed(run)
+    proven = [v.patch for v in cold.verdicts if v.outcome == PROVEN]
+    print(f"real pin, verify 2 3 --backend cpu: cold {t_cold:.1f} s: "
+          + ", ".join(f"{v.patch[:4]} {v.outcome}" for v in cold.verdicts), flush=True)
+    pristine = base / "evidence-proven"
+    shutil.copytree(project.evidence_dir, pristine)
+    compare(project, "the Metal fix, outside the CPU programs", edit_real(root), pristine, proven, run)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=40, help="patches in the series")
     ap.add_argument("--tests", type=int, default=6, help="patches with their own test program")
+    ap.add_argument("--real", action="store_true", help="the real pin and series (heavy, see above)")
+    ap.add_argument("--cache", type=Path, help="--real: PATCHSET_CACHE holding the pin")
+    ap.add_argument("-j", type=int, default=2, help="--real: build jobs")
     args = ap.parse_args()
     base = tempdir("patchset-bench-affected-")
-    os.environ["CCACHE_DIR"] = str(base / "ccache")  # its own compiler cache, gone with it
+    if not args.real:
+        os.environ["CCACHE_DIR"] = str(base / "ccache")  # its own compiler cache, gone with it
     try:
-        root, edits = make_series(base, args.n, args.tests)
-        project = load_project(root=root, cache_dir=base / "cache")
-        apply(project)
-        t_cold, cold = timed(lambda: verify(project, backends=["cpu"]))
-        proven = [v.patch for v in cold.verdicts if v.outcome == PROVEN]
-        assert len(proven) == args.tests, [(v.patch, v.outcome, v.reason) for v in cold.verdicts]
-        print(f"{args.n} patches, {args.tests} with their own test program; cold verify {t_cold:.1f} s", flush=True)
-        pristine = base / "evidence-proven"
-        shutil.copytree(project.evidence_dir, pristine)
-        patches = base / "patches-proven"
-        shutil.copytree(project.patches_dir, patches)
-        for label, n in edits.items():
-            shutil.rmtree(project.patches_dir)
-            shutil.copytree(patches, project.patches_dir)
-            edit(root, n)
-            times = {}
-            reproved = {}
-            for mode in ("affected", "before", "force"):
-                shutil.rmtree(project.evidence_dir)
-                shutil.copytree(pristine, project.evidence_dir)
-                if mode == "before":
-                    strip_depends(project.evidence_dir)
-                t, rep = timed(lambda mode=mode: verify(project, backends=["cpu"], reuse=mode != "force"))
-                assert all(v.outcome == PROVEN for v in rep.verdicts if v.patch in proven), rep
-                times[mode] = t
-                reproved[mode] = sum(1 for v in rep.verdicts if v.patch in proven and not v.reused)
-            print(f"\nedit of patch {n} ({label}: {load_series(root / 'patches').patches[n - 1].name})")
-            print(row(f"verify, earlier proofs carried ({reproved['affected']} re-proven)", times["affected"]))
-            print(row(f"verify as before: changed trees ({reproved['before']} re-proven)", times["before"]))
-            print(row(f"verify --force ({reproved['force']} re-proven)", times["force"]))
-            print(f"before / carried = {times['before'] / times['affected']:.1f}x; "
-                  f"--force / carried = {times['force'] / times['affected']:.1f}x")
+        if args.real:
+            real(base, args.cache, args.j)
+        else:
+            synthetic(base, args.n, args.tests)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

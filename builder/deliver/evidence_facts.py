@@ -56,8 +56,9 @@ def load(evidence_dir: Path, patch: Patch, backend: str, after_tree: str) -> Bac
     after = next((s for s in data["steps"] if isinstance(s, dict) and s.get("tree") == "after"), None)
     # a proof that a later verify carried over to this version's trees (its test programs read no
     # file that changed) answers for them too
-    held = (data.get("holds") or {}).get("trees", {}) if isinstance(data.get("holds"), dict) else {}
-    if after is None or (after.get("tree_id") != after_tree and held.get("after") != after_tree):
+    holds = data.get("holds")
+    carried_to = holds.get("trees", {}).get("after") if isinstance(holds, dict) else None
+    if after is None or (after.get("tree_id") != after_tree and carried_to != after_tree):
         return BackendEvidence(backend, None, f"not run on {display(backend)} for this version of the patch "
                                               "(the evidence is of another version)")
     return BackendEvidence(backend, data)

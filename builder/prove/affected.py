@@ -56,7 +56,8 @@ def program_inputs(build_dir: Path, source: Path, programs: tuple[str, ...]) -> 
     """
     try:
         inputs = [p for p in _ninja(build_dir, "inputs", "--print0", "--no-shell-escape", *programs).split("\0") if p]
-        # the headers are in the dependency log of each object (asking for a source is harmless)
+        # the relative inputs are the build's own outputs (objects, libraries): the headers each
+        # object included are in the dependency log (a target without an entry prints none)
         built = [p for p in inputs if not Path(p).is_absolute()]
         headers = _deps(_ninja(build_dir, "deps", *built)) if built else []
         cmake = _query_inputs(_ninja(build_dir, "query", "build.ninja"))

@@ -182,7 +182,28 @@ def carried(verdicts: dict[int, PatchVerdict]) -> set[int]:
     return {n for n, v in verdicts.items() if v.carried}
 
 
+def check_built_from(project: Project) -> None:
+    """What the first verify recorded that each program was built from."""
+    data = json.loads((project.evidence_dir / load_series(project.patches_dir).patches[4].name
+                       .removesuffix(".patch") / "cpu.json").read_text())
+    files = data["depends"]["files"]
+    # its source, the header it includes, the library's sources and headers and the CMake files
+    assert {"tests/test-div.cpp", "ggml/include/extra.h", "ggml/include/calc.h", "ggml/src/calc.c",
+            "ggml/CMakeLists.txt"} <= set(files)
+    assert "tests/testlib.h" not in files and "tests/test-mul.cpp" not in files
+    # one blob id where both trees agree, one per tree where the patch changes the file
+    assert isinstance(files["ggml/include/extra.h"], str)
+    assert set(files["ggml/src/calc.c"]) == {"before", "after"}
+    work = GitRepo(project.work_repo)
+    assert files["ggml/src/calc.c"]["after"] == work.blob("refs/patchset/verify/0005/after", "ggml/src/calc.c")
+    assert data["depends"]["programs"] == ["test-div"] and data["depends"]["trees"] == ["before", "after"]
+    one = json.loads((project.evidence_dir / load_series(project.patches_dir).patches[0].name
+                      .removesuffix(".patch") / "cpu.json").read_text())
+    assert "tests/testlib.h" in one["depends"]["files"] and one["depends"]["trees"] == ["before", "after", "mutation"]
+
+
 def test_edit_in_the_middle_reproves_only_the_readers_of_the_changed_file(project: Project) -> None:
+    check_built_from(project)
     edit(project, 3, "+// report: one case per program", "+// report: prints one case")
     verdicts, ran = reverify(project)
     # 3 itself changed; 4 reads tests/testlib.h, which 3 changes; 5 does not read it; 1 and 2
@@ -214,25 +235,6 @@ def test_edit_in_the_middle_reproves_only_the_readers_of_the_changed_file(projec
     again, ran = reverify(project)
     assert ran == set() and all(v.reused for v in again.values())
     assert carried(again) == {5, 7} and "earlier proof holds" in again[5].reason
-
-
-def test_what_each_program_was_built_from(project: Project) -> None:
-    data = json.loads((project.evidence_dir / load_series(project.patches_dir).patches[4].name
-                       .removesuffix(".patch") / "cpu.json").read_text())
-    files = data["depends"]["files"]
-    # its source, the header it includes, the library's sources and headers and the CMake files
-    assert {"tests/test-div.cpp", "ggml/include/extra.h", "ggml/include/calc.h", "ggml/src/calc.c",
-            "ggml/CMakeLists.txt"} <= set(files)
-    assert "tests/testlib.h" not in files and "tests/test-mul.cpp" not in files
-    # one blob id where both trees agree, one per tree where the patch changes the file
-    assert isinstance(files["ggml/include/extra.h"], str)
-    assert set(files["ggml/src/calc.c"]) == {"before", "after"}
-    work = GitRepo(project.work_repo)
-    assert files["ggml/src/calc.c"]["after"] == work.blob("refs/patchset/verify/0005/after", "ggml/src/calc.c")
-    assert data["depends"]["programs"] == ["test-div"] and data["depends"]["trees"] == ["before", "after"]
-    one = json.loads((project.evidence_dir / load_series(project.patches_dir).patches[0].name
-                      .removesuffix(".patch") / "cpu.json").read_text())
-    assert "tests/testlib.h" in one["depends"]["files"] and one["depends"]["trees"] == ["before", "after", "mutation"]
 
 
 def test_a_header_one_program_includes_reproves_exactly_that_patch(project: Project) -> None:

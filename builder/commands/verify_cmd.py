@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", nargs="?", type=Path, const=Path("docs/backends.md"), metavar="FILE",
                    help="with --report: regenerate the table of FILE (default docs/backends.md) from the committed "
                         "evidence under docs/evidence/<backend>/; text outside its markers is kept")
-    p.add_argument("--no-reuse", action="store_true", help="re-run even when the trees are unchanged")
+    p.add_argument("--no-reuse", "--force", dest="no_reuse", action="store_true",
+                   help="prove every patch again: reuse no evidence, carry no earlier proof over")
     p.add_argument("--hunks", action="store_true",
                    help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
     p.add_argument("--jobs", "-j", type=int)

@@ -3,7 +3,8 @@
 The JSON is read as it is on disk (not through `prove.evidence.load`), so that a field another
 version writes (the `hunks` table, say) is shown when present and nothing breaks when it is not.
 Evidence recorded for another version of the patch (its after tree differs from the series' after
-tree now) is stale and treated as absent.
+tree now) is stale and treated as absent, unless verify found that the proof still holds for
+the tree of now (`holds`, builder/prove/affected.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ def load(evidence_dir: Path, patch: Patch, backend: str, after_tree: str) -> Bac
     if not isinstance(data, dict) or not data.get("steps"):
         return BackendEvidence(backend, None, f"not run on {display(backend)}")
     after = next((s for s in data["steps"] if isinstance(s, dict) and s.get("tree") == "after"), None)
-    if after is None or after.get("tree_id") != after_tree:
+    # a proof that a later verify carried over to this version's trees (its test programs read no
+    # file that changed) answers for them too
+    holds = data.get("holds")
+    carried_to = holds.get("trees", {}).get("after") if isinstance(holds, dict) else None
+    if after is None or (after.get("tree_id") != after_tree and carried_to != after_tree):
         return BackendEvidence(backend, None, f"not run on {display(backend)} for this version of the patch "
                                               "(the evidence is of another version)")
     return BackendEvidence(backend, data)

@@ -54,6 +54,15 @@ class Evidence:
     """`verify --hunks`: per unit of the fix, its file, lines, outcome (caught, not built, exempt,
     unguarded), reason, failing cases or compiler errors (builder.prove.hunks.HunkResult)."""
     hunks_checked: bool = False
+    depends: dict = field(default_factory=dict)
+    """What the proof depended on (builder.prove.affected): `patch_sha256`, `mutations` (sha256 per
+    mutation file), `static` (one digest of backend, tests, metadata, the minimal CMake project,
+    the backend's harness, the compiler), `programs`, `trees`
+    (names), and `files`: each file of the tree the test programs were built from, with its blob id
+    (one id when every tree has the same, else one per tree). Recorded for proven patches."""
+    holds: dict = field(default_factory=dict)
+    """Set when a later verify carried this proof over to other trees: `why`, `checked` (when),
+    `trees` (tree name -> the tree id it now holds for), `pin` (the pin commit then)."""
 
 
 def host_info(cxx: str | None = None) -> dict:
@@ -99,7 +108,14 @@ def markdown(ev: Evidence) -> str:
     pin = ev.pin
     out += [f"- pin: {pin.get('name')} {pin.get('tag', '')} `{pin.get('commit')}` (tree `{pin.get('tree')}`)",
             f"- host: {ev.host.get('platform')}, {ev.host.get('cpus')} CPUs; compiler: {ev.host.get('compiler')}",
-            f"- run: {ev.created}" + (" (reused: trees unchanged since that run)" if ev.reused else ""), ""]
+            f"- run: {ev.created}" + (" (reused: trees unchanged since that run)" if ev.reused else "")]
+    if ev.holds:
+        trees = ", ".join(f"{k} `{v}`" for k, v in ev.holds.get("trees", {}).items())
+        out.append(f"- earlier proof holds (checked {ev.holds.get('checked')}): {ev.holds.get('why')}; "
+                   f"for the trees {trees}, not rebuilt or rerun")
+    if ev.depends.get("files"):
+        out.append(f"- built from {len(ev.depends['files'])} files of the tree (paths and blob ids in the JSON)")
+    out.append("")
     if not ev.steps:
         out += ["Nothing was built or run for this patch on this backend here.", ""]
     for s in ev.steps:

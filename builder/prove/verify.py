@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
@@ -27,6 +28,7 @@ from builder.locking import project_lock
 from builder.pipeline import programs_for
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
+from builder.prove import affected
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.series.model import Patch, Series, TestSpec, load_series
@@ -69,6 +71,11 @@ class Trees:
     parent: str = ""
     """The after tree of the previous patch (the pin for the first): what the patch applies on."""
 
+    def named(self) -> list[tuple[str, str]]:
+        """(name, commit) of each proof tree: before, after, mutation, mutation-2, ..."""
+        refs = [("before", self.before), ("after", self.after)]
+        return refs + [("mutation" if i == 1 else f"mutation-{i}", c) for i, c in enumerate(self.mutations, 1)]
+
 
 @dataclass(frozen=True)
 class PatchVerdict:
@@ -81,6 +88,8 @@ class PatchVerdict:
     evidence_md: Path | None
     hunks: tuple[dict, ...] = ()
     """`--hunks`: the per-hunk results (as in the evidence JSON)."""
+    carried: bool = False
+    """True when an earlier proof still holds for these trees (nothing was built or run)."""
 
 
 @dataclass(frozen=True)
@@ -127,16 +136,16 @@ class TreeMaker:
         trees: dict[int, Trees] = {}
         prev = self.base
         for p in series.patches:
-            if p.meta.test_in_tree:
-                before = prev  # a fix to the test program itself: before is the tree it applies on
+            if p.meta.test_in_tree or not p.meta.tests:
+                # a fix to the test program itself: before is the tree it applies on; a patch with no
+                # test has no before tree to run (a fork's series is mostly such patches)
+                before = prev
             else:
                 before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
             after = self.commit(prev, p.path, f"verify: after {p.name}")
             mutations = tuple(self.commit(after, patches_dir / m, f"verify: mutation {m}") for m in p.meta.mutation)
             trees[p.index] = Trees(before, after, mutations, prev)
-            refs = [("before", before), ("after", after)]
-            refs += [("mutation" if i == 1 else f"mutation-{i}", c) for i, c in enumerate(mutations, 1)]
-            for kind, c in refs:
+            for kind, c in trees[p.index].named():
                 self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
             prev = after
         return trees
@@ -201,6 +210,12 @@ class Verifier:
         self._host: dict | None = None
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
+        self.inputs: dict[str, tuple[str, ...] | None] = {}
+        """Per commit built: the files of the tree its test programs were built from (None: ninja
+        could not say; empty: the build failed)."""
+        self._blobs: dict[str, dict[str, str]] = {}
+        self.reproved_because: dict[tuple[str, str], str] = {}
+        """(patch, backend) -> why an earlier proof no longer holds."""
 
     # -- trees ---------------------------------------------------------------------------------
     def make_trees(self) -> dict[int, Trees]:
@@ -236,8 +251,11 @@ class Verifier:
             targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
         )
         if reuse:
+            # the programs `patchset build` configured, less defaults a tree without them (a test's
+            # mini-upstream) cannot configure
+            mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
             spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
-                                       programs=programs_for(src, self.series) if targets == "minimal" else present)
+                                       programs=mine if targets == "minimal" else present)
         extra = self._shared_programs(commit, present) if targets == "minimal" and not reuse else ()
         self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
         used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
@@ -249,6 +267,9 @@ class Verifier:
         self.progress.end()
         command = f"cmake --build {used.build_dir} --target {' '.join(buildmod.ninja_targets(used))}"
         tree_id = self.work.git.tree_of(commit)
+        # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
+        # files the other trees' programs were built from, in its own version: () adds none
+        self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
         if not result.ok:
             errors = _compiler_errors(result.log)
             only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
@@ -296,17 +317,56 @@ class Verifier:
 
     # -- one patch on one backend ------------------------------------------------------------------
     def verify_patch(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict:
+        return self.settled(patch, trees, backend) or self.prove_patch(patch, trees, backend)
+
+    def settled(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict | None:
+        """The verdict of the evidence on disk when it still answers for these trees (the same
+        trees, or an earlier proof whose test programs read no file that changed); else None."""
+        if not self.reuse:
+            return None
+        tests = self._tests(patch, backend)
+        key = self._key(patch, trees, backend, tests)
+        old = ev.load(self.project.evidence_dir, patch.name, backend)
+        if old is None or old.reused:
+            return None
+        jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
+        # evidence with the hunk table also answers a plain run; a --hunks run needs the table
+        if old.key == key and (old.hunks_checked or not self.hunks):
+            said = _holds_reason(old) if old.holds else old.reason
+            reason = f"{said} (evidence reused from the run of {old.created}: trees unchanged)"
+            return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks,
+                                carried=bool(old.holds))
+        if old.outcome != PROVEN:
+            return None
+        if not old.depends:
+            self.reproved_because[(patch.name, backend)] = \
+                "the earlier evidence does not record what its test programs were built from"
+            return None
+        if self.hunks or old.hunks_checked:
+            # the reverted trees also compile files outside the test programs (-fsyntax-only)
+            self.reproved_because[(patch.name, backend)] = "the hunk table is proven only on the trees it was made on"
+            return None
+        named = trees.named()
+        now = {name: self._tree_blobs(commit) for name, commit in named}
+        held = affected.check(old.depends, self._depends_now(patch, backend, tests), now,
+                              tuple(old.depends.get("programs", ())))
+        if not held.holds:
+            self.reproved_because[(patch.name, backend)] = held.why
+            return None
+        git = self.work.git
+        carried = dataclasses.replace(old, key=key, holds={
+            "why": held.why, "checked": _now(), "pin": self.pin.commit,
+            "trees": {name: git.tree_of(commit) for name, commit in named}})
+        jpath, mpath = ev.write(self.project.evidence_dir, carried)
+        return PatchVerdict(patch.name, backend, PROVEN, _holds_reason(carried), True, jpath, mpath, carried.hunks,
+                            carried=True)
+
+    def prove_patch(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict:
+        """Build and run every tree of the patch on `backend` and write the evidence."""
         meta = patch.meta
         here = available_backends()
-        tests = [t for t in meta.tests if t.runs_on(backend, meta.backends)]
+        tests = self._tests(patch, backend)
         key = self._key(patch, trees, backend, tests)
-        if self.reuse:
-            old = ev.load(self.project.evidence_dir, patch.name, backend)
-            # evidence with the hunk table also answers a plain run; a --hunks run needs the table
-            if old is not None and old.key == key and not old.reused and (old.hunks_checked or not self.hunks):
-                jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
-                reason = f"{old.reason} (evidence reused from the run of {old.created}: trees unchanged)"
-                return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks)
         steps: list[ev.Step] = []
         hunk_results: list[hk.HunkResult] = []
         if backend not in meta.backends:
@@ -331,14 +391,52 @@ class Verifier:
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
-            tuple(steps), key, self._host_info(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            tuple(steps), key, self._host_info(), _now(),
             note=buildmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
+            depends=self._depends(patch, trees, backend, tests) if outcome == PROVEN and steps else {},
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
         # must show every patch and backend that was asked for
         jpath, mpath = ev.write(self.project.evidence_dir, evidence)
+        because = self.reproved_because.get((patch.name, backend))
+        if because:
+            reason += f" (re-proven: {because})"
         return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath, evidence.hunks)
+
+    # -- what a proof depended on ------------------------------------------------------------------
+    @staticmethod
+    def _tests(patch: Patch, backend: str) -> list[TestSpec]:
+        return [t for t in patch.meta.tests if t.runs_on(backend, patch.meta.backends)]
+
+    def _tree_blobs(self, commit: str) -> dict[str, str]:
+        if commit not in self._blobs:
+            self._blobs[commit] = affected.blobs(self.work.git, commit)
+        return self._blobs[commit]
+
+    def _depends_now(self, patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, Any]:
+        """What a proof of the patch depends on besides the files of its trees."""
+        return {
+            "patch_sha256": affected.file_digest(patch.path),
+            "mutations": {m: affected.file_digest(self.project.patches_dir / m) for m in patch.meta.mutation},
+            "static": affected.static_digest({
+                "backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
+                "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+                "harness": buildmod.harness_digest(backend), "compiler": self._host_info().get("compiler")}),
+        }
+
+    def _depends(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> dict:
+        """The evidence's record of every file the proven trees' test programs were built from;
+        empty when ninja could not say for one of them (then the proof is never carried over)."""
+        named = trees.named()
+        inputs = [self.inputs.get(commit) for _, commit in named]
+        if any(i is None for i in inputs) or not self.inputs.get(trees.after):
+            return {}
+        paths = sorted({p for i in inputs for p in i or ()})
+        files = {name: {p: self._tree_blobs(commit).get(p) for p in paths} for name, commit in named}
+        return {**self._depends_now(patch, backend, tests),
+                "programs": list(dict.fromkeys(t.program for t in tests)), "trees": [n for n, _ in named],
+                "files": affected.record(files)}
 
     def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
                steps: list[ev.Step], hunk_results: list[hk.HunkResult]) -> tuple[str, str]:
@@ -452,6 +550,14 @@ class Verifier:
         return self._host
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _holds_reason(e: ev.Evidence) -> str:
+    return f"earlier proof holds: {e.holds.get('why')}, {e.created}"
+
+
 def _how_it_failed(test: dict, timeout: float | None) -> str:
     if test.get("signal") == "SIGKILL" and timeout is not None and test["duration_s"] >= timeout:
         return f"did not finish in {timeout:.0f}s (killed)"
@@ -502,10 +608,19 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) ->
     # one verify worktree recompiles little
     plan = [(patch, backend) for patch in reversed(chosen) for backend in backends]
     verdicts = []
-    for i, (patch, backend) in enumerate(plan):
+    # first what the evidence on disk still answers (nothing built), so that no build makes a
+    # program ahead for a patch whose proof holds
+    todo = []
+    for patch, backend in plan:
+        done = v.settled(patch, trees[patch.index], backend)
+        if done:
+            verdicts.append(done)
+        else:
+            todo.append((patch, backend))
+    for i, (patch, backend) in enumerate(todo):
         v.later = [(trees[p.index], tuple(t.program for t in p.meta.tests if t.runs_on(b, p.meta.backends)))
-                   for p, b in plan[i + 1:] if b == backend]
-        verdicts.append(v.verify_patch(patch, trees[patch.index], backend))
+                   for p, b in todo[i + 1:] if b == backend]
+        verdicts.append(v.prove_patch(patch, trees[patch.index], backend))
     order = {(p.name, b): n for n, (p, b) in enumerate((p, b) for p in chosen for b in backends)}
     return VerifyReport(tuple(sorted(verdicts, key=lambda x: order[(x.patch, x.backend)])))
 

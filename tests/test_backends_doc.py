@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -65,7 +66,8 @@ def test_generated_from_evidence_files_and_hand_text_kept(tmp_path: Path) -> Non
     assert "needs metal (2026-11-30)" in row4
     assert "not run" in row4  # metal: no evidence committed
     assert "NVIDIA H200, 16 cores" in block
-    assert "| 2026-11-30T04:00:00Z | NVIDIA H200, 16 cores | build | `patchset build --backend cuda` | 0 | 271 |" in block
+    assert ("| 2026-11-30T04:00:00Z | NVIDIA H200, 16 cores | build | `patchset build --backend cuda` | 0 | 271 |"
+            in block)
     assert "| a | test | ^A | 120 | 0 | 2 | 0 | 0 | 0 | 5 | 0 |" in block
     assert "[verify.json](evidence/cuda/verify.json)" in block
     assert ".github/workflows/metal.yml" in block
@@ -97,8 +99,6 @@ def test_unreadable_evidence_names_the_file(tmp_path: Path) -> None:
 
 
 def test_a_cell_says_when_its_evidence_is_for_an_older_revision_of_the_patch(tmp_path: Path) -> None:
-    import hashlib
-
     root = _project(tmp_path)
     series = load_series(root / "patches")
     p3, p4 = series.patches[2], series.patches[3]

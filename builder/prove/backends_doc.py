@@ -41,8 +41,9 @@ checks that it is up to date. Text outside the markers is written by hand and ke
 # what to say for a backend with no committed evidence
 WORKFLOWS = {
     "metal": "not run: no Apple silicon here. Workflow ready: `.github/workflows/metal.yml` (build, op tests, "
-             "`verify --backend metal`: the proofs of the patches that need Metal, evidence uploaded as an artifact). On Linux, `.ci/run` compile-checks "
-             "the Metal host C++ of the patched tree (`patchset build --backend metal`).",
+             "`verify --backend metal`: the proofs of the patches that need Metal, evidence uploaded as an "
+             "artifact). On Linux, `.ci/run` compile-checks the Metal host C++ of the patched tree "
+             "(`patchset build --backend metal`).",
     "cuda": "not run yet. Workflow ready: `.github/workflows/cuda.yml` (build in a CUDA container; tests on a "
             "GPU runner); offline on a GPU machine: `tools/gpu/run.sh`",
     "cpu": "not run yet. Workflow ready: `.github/workflows/linux-cpu.yml`",

@@ -1,0 +1,156 @@
+"""bump: a new upstream lands only when the series rebases, builds, sweeps and proves on it.
+
+On a small tree laid out like llama.cpp (the calc library of test_cli_pipeline) with two bugs and a
+series of two fixes, each with its own test program: one new upstream per outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from helpers import Proj, Upstream, git, make_project
+
+from builder.cli import main
+from builder.series.apply import apply
+from builder.upstream.pin import load_pin
+from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
+
+# apart enough that a change to one function is not in the context of a fix to the next one
+GAP = "/*\n *\n *\n */\n"
+CALC_C = ('#include "calc.h"\nint calc_add(int a, int b) { return a + b; }\n' + GAP
+          + "int calc_sub(int a, int b) { return a + b; }\n" + GAP
+          + "int calc_mul(int a, int b) { return a + b; }\n")
+SUB_FIX = CALC_C.replace("calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return a - b; }")
+MUL_FIX = SUB_FIX.replace("calc_mul(int a, int b) { return a + b; }", "calc_mul(int a, int b) { return a * b; }")
+TEST_SUB = program("SUB", "calc_sub(5, 3)", 2)
+# patch 2's test also goes through calc_add: an upstream that breaks calc_add breaks it
+TEST_MUL = program("MUL", "calc_mul(calc_add(1, 2), 3)", 9)
+
+
+def trailers(program_name: str) -> str:
+    return (f"\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: {program_name}\n"
+            f"Patchset-Test-Paths: tests/{program_name}.cpp\n")
+
+
+SERIES = [
+    ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc : sub subtracts" + trailers("test-sub")),
+    ({"ggml/src/calc.c": MUL_FIX, "tests/test-mul.cpp": TEST_MUL}, "calc : mul multiplies" + trailers("test-mul")),
+]
+NAMES = ["0001-calc-sub-subtracts.patch", "0002-calc-mul-multiplies.patch"]
+
+
+@pytest.fixture
+def mini(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+    """The calc tree as the pin, the two-patch series, applied."""
+    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": CALC_H.replace(
+        "int calc_sub(int a, int b);\n", "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\n"),
+        "ggml/src/calc.c": CALC_C, "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
+    proj = make_project(tmp_path, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir,
+                        patches=SERIES)
+    assert proj.series() == NAMES
+    apply(proj.project)
+    return proj
+
+
+def state(proj: Proj) -> dict[str, object]:
+    """What a failed bump must leave exactly as it was: patches/, the pin, the work repository's refs."""
+    return {"patches": proj.snapshot(), "pin": proj.project.pin_file.read_bytes(),
+            "refs": proj.wgit("for-each-ref", "--format=%(refname) %(objectname)"),
+            "head": proj.wgit("symbolic-ref", "HEAD"), "status": proj.wgit("status", "--porcelain")}
+
+
+def bump(proj: Proj, onto: str) -> int:
+    return main(["--project", str(proj.root), "bump", "--onto", onto, "-j", "2", "--confirm", "0"])
+
+
+def reports(proj: Proj) -> list[Path]:
+    return sorted(proj.project.state_dir.glob("bump-*.md"))
+
+
+def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    old = load_pin(mini.project.pin_file)
+    # upstream moves on: lines above the fixes, so every patch lands on other blob ids
+    new = mini.upstream.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C, "README": "calc 2\n"}, "calc: note\n")
+    before = mini.snapshot()
+
+    assert bump(mini, new) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "patches/ updated" in out
+
+    pin = load_pin(mini.project.pin_file)
+    assert (pin.commit, pin.tree) == (new, mini.upstream.tree_of(new))
+    assert mini.series() == NAMES
+    after = mini.snapshot()
+    # rewritten on the new upstream: other line numbers and blob ids
+    assert set(after) == set(before)
+    assert all(after[n] != before[n] for n in NAMES)
+    # the work repository is where `rebase` would have left it, and nothing is left to refresh
+    assert mini.wgit("rev-parse", "upstream") == new
+    assert mini.wgit("rev-list", "--count", "upstream..patched") == "2"
+    assert mini.wgit("symbolic-ref", "HEAD") == "refs/heads/patched"
+    assert main(["--project", str(mini.root), "refresh", "--check"]) == 0
+    assert not (mini.root / ".patches.bump-new").exists() and not (mini.root / ".patches.bump-old").exists()
+    [report] = reports(mini)
+    assert report.name == f"bump-{old.tag}-{new[:7]}.md"
+    text = report.read_text()
+    assert "every stage passed" in text
+    for name in NAMES:
+        assert f"| {name} | clean |" in text or f"| {name} | 3-way |" in text
+        assert f"| {name} | cpu | proven |" in text
+    assert "case(s) compared" in text and "| newly failing | 0 |" in text
+
+
+def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream breaks calc_add, which patch 2's test relies on (and upstream's own tests: failing in
+    # both trees, which is not the series' fault): the sweep sees patch 2's test fail on the new upstream
+    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("calc_add(int a, int b) { return a + b; }",
+                                                                   "calc_add(int a, int b) { return a + b + 1; }")},
+                                "calc: add, differently\n")
+    before = state(mini)
+
+    assert bump(mini, new) == 1
+    out = capsys.readouterr().out
+    assert f"failed at sweep ({NAMES[1]})" in out and "test-mul" in out
+    assert state(mini) == before
+    [report] = reports(mini)
+    text = report.read_text()
+    assert "FAILED at sweep" in text and "nothing in the project was changed" in text
+    assert "| failing in both | 3 |" in text and "| new case failing | 1 |" in text
+    assert "regression: test-mul CPU MUL(want=9): None -> fail" in text
+
+
+def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    new = mini.upstream.advance({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc: fix sub\n")
+
+    assert bump(mini, new) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"dropped as already upstream: {NAMES[0]}" in out
+    assert mini.series() == ["0001-calc-mul-multiplies.patch"]
+    assert not (mini.patches / NAMES[0]).exists()
+    assert load_pin(mini.project.pin_file).commit == new
+    assert mini.wgit("rev-list", "--count", "upstream..patched") == "1"
+    text = reports(mini)[0].read_text()
+    assert f"| {NAMES[0]} | already-upstream |" in text
+    assert f"Dropped as already upstream: {NAMES[0]}" in text
+    assert "| 0001-calc-mul-multiplies.patch | cpu | proven |" in text
+
+
+def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream fixes sub its own way, on the line patch 1 changes
+    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace(
+        "calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return -(b - a); }")}, "calc: sub\n")
+    before = state(mini)
+
+    assert bump(mini, new) == 3
+    out = capsys.readouterr().out
+    assert "failed at rebase" in out and NAMES[0] in out
+    assert f"patchset rebase --onto {new}" in out and "Nothing was changed" in out
+    assert state(mini) == before
+    assert "FAILED at rebase (conflict)" in reports(mini)[0].read_text()
+    # the project's own work repository was never in a rebase: `rebase --onto` can start there
+    assert not (mini.work / ".git" / "rebase-apply").exists()
+    assert git(mini.work, "status", "--porcelain") == ""

@@ -10,23 +10,26 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, git, make_project
+from helpers import Proj, Upstream, git, make_project, make_upstream
 
 from builder.cli import main
 from builder.series.apply import apply
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
+from tests.test_faults import KILLED, Scenario, consistent, observe
 
 # apart enough that a change to one function is not in the context of a fix to the next one
 GAP = "/*\n *\n *\n */\n"
 CALC_C = ('#include "calc.h"\nint calc_add(int a, int b) { return a + b; }\n' + GAP
           + "int calc_sub(int a, int b) { return a + b; }\n" + GAP
-          + "int calc_mul(int a, int b) { return a + b; }\n")
+          + "int calc_mul(int a, int b) { return calc_add(a, b); }\n" + GAP
+          + "int calc_one(void) { return 1; }\n")
 SUB_FIX = CALC_C.replace("calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return a - b; }")
-MUL_FIX = SUB_FIX.replace("calc_mul(int a, int b) { return a + b; }", "calc_mul(int a, int b) { return a * b; }")
+MUL_FIX = SUB_FIX.replace("calc_mul(int a, int b) { return calc_add(a, b); }",
+                          "calc_mul(int a, int b) { return a * b; }")
 TEST_SUB = program("SUB", "calc_sub(5, 3)", 2)
-# patch 2's test also goes through calc_add: an upstream that breaks calc_add breaks it
-TEST_MUL = program("MUL", "calc_mul(calc_add(1, 2), 3)", 9)
+# patch 2's test also goes through calc_one: an upstream that breaks calc_one breaks it
+TEST_MUL = program("MUL", "calc_mul(3, 3) * calc_one()", 9)
 
 
 def trailers(program_name: str) -> str:
@@ -41,17 +44,21 @@ SERIES = [
 NAMES = ["0001-calc-sub-subtracts.patch", "0002-calc-mul-multiplies.patch"]
 
 
-@pytest.fixture
-def mini(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+def make_mini(base: Path, up: Upstream, cache_dir: Path) -> Proj:
     """The calc tree as the pin, the two-patch series, applied."""
-    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": CALC_H.replace(
-        "int calc_sub(int a, int b);\n", "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\n"),
-        "ggml/src/calc.c": CALC_C, "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
-    proj = make_project(tmp_path, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir,
-                        patches=SERIES)
+    header = CALC_H.replace("int calc_sub(int a, int b);\n",
+                            "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\nint calc_one(void);\n")
+    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": header, "ggml/src/calc.c": CALC_C,
+                     "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
+    proj = make_project(base, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir, patches=SERIES)
     assert proj.series() == NAMES
     apply(proj.project)
     return proj
+
+
+@pytest.fixture
+def mini(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+    return make_mini(tmp_path, up, cache_dir)
 
 
 def state(proj: Proj) -> dict[str, object]:
@@ -104,11 +111,10 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
 
 def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
-    # upstream breaks calc_add, which patch 2's test relies on (and upstream's own tests: failing in
-    # both trees, which is not the series' fault): the sweep sees patch 2's test fail on the new upstream
-    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("calc_add(int a, int b) { return a + b; }",
-                                                                   "calc_add(int a, int b) { return a + b + 1; }")},
-                                "calc: add, differently\n")
+    # upstream changes calc_one, which patch 2's test relies on: the sweep sees that test fail with
+    # the series on the new upstream
+    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("{ return 1; }", "{ return 2; }")},
+                                "calc: one is two\n")
     before = state(mini)
 
     assert bump(mini, new) == 1
@@ -118,8 +124,26 @@ def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
     [report] = reports(mini)
     text = report.read_text()
     assert "FAILED at sweep" in text and "nothing in the project was changed" in text
-    assert "| failing in both | 3 |" in text and "| new case failing | 1 |" in text
+    assert "| new case failing | 1 |" in text and "| newly failing | 0 |" in text
     assert "regression: test-mul CPU MUL(want=9): None -> fail" in text
+
+
+def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream's calc_add now multiplies: calc_mul (which calls it) is right without patch 2, whose
+    # test no longer fails without it
+    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("calc_add(int a, int b) { return a + b; }",
+                                                                   "calc_add(int a, int b) { return a * b; }")},
+                                "calc: add multiplies\n")
+    before = state(mini)
+
+    assert bump(mini, new) == 4
+    out = capsys.readouterr().out
+    assert f"failed at verify ({NAMES[1]})" in out and "passes without the fix" in out
+    assert state(mini) == before
+    text = reports(mini)[0].read_text()
+    assert "FAILED at verify (not proven)" in text
+    assert f"| {NAMES[0]} | cpu | proven |" in text and f"| {NAMES[1]} | cpu | not proven |" in text
 
 
 def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,3 +178,31 @@ def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
     # the project's own work repository was never in a rebase: `rebase --onto` can start there
     assert not (mini.work / ".git" / "rebase-apply").exists()
     assert git(mini.work, "status", "--porcelain") == ""
+
+
+def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL while the work repository is moved (pin and patches/ switched already): the next
+    bump finishes the switch, and the project is what a run never killed leaves."""
+    up = make_upstream(tmp_path)
+    s = Scenario(tmp_path, up, ())
+    make_mini(s.live, up, s.cache)
+    new = up.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
+    s.args = ("bump", "--onto", new, "-j", "2", "--confirm", "0")
+    s.save()
+    trace = tmp_path / "trace"
+    rc, out = s.run(PATCHSET_FAULT_TRACE=str(trace))
+    assert rc == 0, out
+    reference = observe(s, rc)
+    consistent(s)
+    s.restore()
+    # the last subprocesses are the work repository's move: checkout, update-ref (x3)
+    point = len(trace.read_text().splitlines()) - 2
+    rc, out = s.run(PATCHSET_FAULT_KILL_AT=str(point))
+    assert rc == KILLED, out
+    assert load_pin(s.root / "upstream" / "llama.cpp.toml").commit == new
+    assert (s.root / ".patchset" / "bump" / "journal.json").exists()
+    rc, out = s.run()
+    assert rc == 0 and "finished the interrupted bump" in out, out
+    assert observe(s, rc) == reference
+    consistent(s)
+    assert not (s.root / ".patchset" / "bump" / "journal.json").exists()

@@ -14,11 +14,11 @@ work repository are not touched until every stage has passed:
 Then the switch, in an order that a kill cannot leave half done: the new `patches/` is staged
 beside the old one (`.patches.bump-new`), a journal naming the new pin is written
 (`.patchset/bump/journal.json`: the commit point), the folders are swapped by two renames, the pin
-is written atomically, and the journal removed. A run killed after the journal was written is
-finished by the next `patchset bump` before anything else (roll forward: every stage had passed);
-one killed before it left the project as it was. The work repository is moved last, through the
-sequencer's operation record (a kill there is rolled back by the next command, which then applies
-the new series).
+is written atomically, the work repository is moved to the scratch one's `patched` and `upstream`
+(through the sequencer's operation record, as `rebase` does), and the journal is removed. A run
+killed after the journal was written is finished by the next `patchset bump` before anything else
+(roll forward: every stage had passed; a half-done move of the work repository is rolled back and
+made again); one killed before it left the project as it was, and its leftovers are removed.
 """
 
 from __future__ import annotations
@@ -182,9 +182,10 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
         if _snapshot(project) != before:
             raise WorkTreeError(f"{project.patches_dir} or {project.pin_file} changed while the bump ran; "
                                 f"nothing was switched (the bump's result is in {scratch.root})")
-        _switch_files(project, scratch, result.new_pin)
-        if work.exists() and work.head() is not None:
-            _move_work_repo(project, work, WorkRepo(scratch.work_repo), result.new_pin)
+        move_work = work.exists() and work.head() is not None
+        if move_work:
+            _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
+        _switch(project, scratch, result.new_pin, move_work)
         return result
 
 
@@ -333,8 +334,9 @@ def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> veri
 
 
 # -- the switch ---------------------------------------------------------------------------------------
-def _switch_files(project: Project, scratch: Project, new_pin: Pin) -> None:
-    """patches/ and the pin from the scratch project, through the journal (see the module docstring)."""
+def _switch(project: Project, scratch: Project, new_pin: Pin, move_work: bool) -> None:
+    """patches/ and the pin from the scratch project, then the work repository, through the
+    journal (see the module docstring)."""
     staged = _staged(project)
     for leftover in (staged, _retired(project)):
         if leftover.exists():
@@ -342,7 +344,7 @@ def _switch_files(project: Project, scratch: Project, new_pin: Pin) -> None:
     shutil.copytree(scratch.patches_dir, staged, symlinks=True)
     atomic_write_text(journal_file(project), json.dumps(
         {"pin_file": str(project.pin_file), "patches": str(project.patches_dir), "pin": dump_pin(new_pin),
-         "commit": new_pin.commit}, indent=1) + "\n")
+         "commit": new_pin.commit, "work": move_work}, indent=1) + "\n")
     _roll_forward(project)
 
 
@@ -372,6 +374,10 @@ def _roll_forward(project: Project) -> None:
     atomic_write_text(project.pin_file, data["pin"])
     if retired.exists():
         shutil.rmtree(retired)
+    work, scratch_work = WorkRepo(project.work_repo), WorkRepo(scratch_project(project).work_repo)
+    if data.get("work") and work.exists() and scratch_work.exists():
+        ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
+        _move_work_repo(project, work, scratch_work, load_pin(project.pin_file))
     journal.unlink()
 
 

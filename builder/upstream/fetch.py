@@ -156,7 +156,7 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
             else:
                 commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress=progress)
             _migrate_objects(quarantine / "q.git" / "objects", path / "objects")
-            _merge_shallow(quarantine / "q.git", path)
+            merge_shallow(quarantine / "q.git", path)
         except SourceError as e:
             failures.append(f"{describe(src)}: {e}")
             log.warning("source failed: %s: %s", describe(src), e)
@@ -313,12 +313,14 @@ def _copy_shallow(cache_repo: Path, q: Path) -> None:
         shutil.copyfile(shallow, q / "shallow")
 
 
-def _merge_shallow(q: Path, cache_repo: Path) -> None:
-    """The cache's shallow commits plus those of the fetch just made (see `_copy_shallow`)."""
-    new = q / "shallow"
+def merge_shallow(src: Path, dst: Path) -> None:
+    """Add the shallow commits of git dir `src` to those of git dir `dst`: the cache's after a fetch
+    (see `_copy_shallow`), a repository's that borrows the cache's objects (else git takes the
+    missing parents of a pin fetched at depth 1 for a broken history: fsck, log)."""
+    new = src / "shallow"
     if not new.exists():
         return
-    old = cache_repo / "shallow"
+    old = dst / "shallow"
     lines = old.read_text().split() if old.exists() else []
     merged = list(dict.fromkeys(lines + new.read_text().split()))
     if merged != lines:

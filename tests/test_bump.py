@@ -108,6 +108,13 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
         assert f"| {name} | cpu | proven |" in text
     assert "case(s) compared" in text and "| newly failing | 0 |" in text
 
+    # onto the pinned commit again (what follows a conflict resolved with `rebase`): a check that
+    # changes nothing and writes its report
+    pinned, moved = mini.project.pin_file.read_bytes(), mini.snapshot()
+    assert bump(mini, new) == 0
+    assert (mini.project.pin_file.read_bytes(), mini.snapshot()) == (pinned, moved)
+    assert "every stage passed" in (mini.project.state_dir / f"bump-{new[:7]}-{new[:7]}.md").read_text()
+
 
 def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:

@@ -261,8 +261,10 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> Reba
     except StoppedOnConflict as e:
         raise _Failed(REBASE, CONFLICT, f"{e.info.name} does not apply on the current pin; run `patchset apply` "
                                         "and resolve it there first", (e.info.name,)) from e
+    # onto the pinned commit itself (a check after `patchset rebase`): the pin as it is, tag and all
+    same = opts.onto == load_pin(scratch.pin_file).commit
     try:
-        result = rebase(scratch, _absolute(opts.onto))
+        result = rebase(scratch, str(scratch.pin_file) if same else _absolute(opts.onto))
     except StoppedOnConflict as e:
         raise _Failed(REBASE, CONFLICT, conflict_advice(e.info, opts.onto), (e.info.name,)) from e
     assert result.report is not None

@@ -213,3 +213,14 @@ def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: 
     assert observe(s, rc) == reference
     consistent(s)
     assert not (s.root / ".patchset" / "bump" / "journal.json").exists()
+
+
+def test_bad_input_is_refused_before_anything_runs(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    before = state(mini)
+    assert bump(mini, "not-a-commit") == 2
+    assert "give a full 40-hex commit id or a pin file" in capsys.readouterr().err
+    new = mini.upstream.advance({"README": "calc 2\n"}, "README\n")
+    assert main(["--project", str(mini.root), "bump", "--onto", new, "--mode", "grad", "--workers", "4"]) == 2
+    assert "test mode only" in capsys.readouterr().err
+    assert state(mini) == before and reports(mini) == []
+    assert not (mini.project.state_dir / "bump" / "scratch").exists()

@@ -159,9 +159,7 @@ def report_path(project: Project, old: Pin, new: Pin) -> Path:
 # -- the command ------------------------------------------------------------------------------------
 def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = None) -> BumpResult:
     progress = progress or NullProgress()
-    if sys.platform not in buildmod.profile(opts.backend).platforms:
-        raise InputError(f"--backend {opts.backend}: its tests cannot run on {sys.platform}, so a bump cannot be "
-                         "judged here")
+    _check_options(opts)
     with project_lock(project.lock_file, purpose="bump"):
         finished = recover(project)
         old_pin = load_pin(project.pin_file)
@@ -187,6 +185,18 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
             _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
         _switch(project, scratch, result.new_pin, move_work)
         return result
+
+
+def _check_options(opts: BumpOptions) -> None:
+    """What would make a stage refuse its input, refused before anything runs."""
+    if sys.platform not in buildmod.profile(opts.backend).platforms:
+        raise InputError(f"--backend {opts.backend}: its tests cannot run on {sys.platform}, so a bump cannot be "
+                         "judged here")
+    mode = opts.mode or testrun.default_mode(opts.backend)
+    if mode not in testrun.MODES:
+        raise InputError(f"unknown mode '{mode}' (known: {', '.join(testrun.MODES)})")
+    if opts.workers > 1 and mode != "test":
+        raise InputError("--workers: test-backend-ops runs parallel workers in test mode only")
 
 
 def _absolute(onto: str) -> str:
@@ -251,8 +261,11 @@ def _reports(found: dict[str, object]) -> dict:
 
 
 def _stage_error(stage: str, e: PatchsetError) -> _Failed:
-    """A stage that raised: a bad series or mutation on the new upstream leaves a patch not proven."""
-    return _Failed(stage, NOT_PROVEN if stage == VERIFY and e.exit_code == EXIT_USAGE else FAILED, str(e))
+    """A stage that raised. In verify a patch (or its mutation) that does not apply to the trees it
+    is proven on is not proven there; elsewhere bad input stays what it is (exit 2)."""
+    if e.exit_code == EXIT_USAGE and stage != VERIFY:
+        raise e
+    return _Failed(stage, NOT_PROVEN if e.exit_code == EXIT_USAGE else FAILED, str(e))
 
 
 def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> RebaseReport:

@@ -16,7 +16,7 @@ from builder.cli import main
 from builder.series.apply import apply
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
-from tests.test_faults import KILLED, Scenario, consistent, observe
+from tests.test_faults import KILLED, Scenario, _points, consistent, kill_and_rerun, observe
 
 # apart enough that a change to one function is not in the context of a fix to the next one
 GAP = "/*\n *\n *\n */\n"
@@ -187,15 +187,21 @@ def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
     assert git(mini.work, "status", "--porcelain") == ""
 
 
-def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: Path) -> None:
-    """SIGKILL while the work repository is moved (pin and patches/ switched already): the next
-    bump finishes the switch, and the project is what a run never killed leaves."""
+def bump_scenario(tmp_path: Path) -> tuple[Scenario, str]:
+    """The mini project in a fault-injection scenario, to bump onto a new upstream that passes."""
     up = make_upstream(tmp_path)
     s = Scenario(tmp_path, up, ())
     make_mini(s.live, up, s.cache)
     new = up.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
     s.args = ("bump", "--onto", new, "-j", "2", "--confirm", "0")
     s.save()
+    return s, new
+
+
+def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL while the work repository is moved (pin and patches/ switched already): the next
+    bump finishes the switch, and the project is what a run never killed leaves."""
+    s, new = bump_scenario(tmp_path)
     trace = tmp_path / "trace"
     rc, out = s.run(PATCHSET_FAULT_TRACE=str(trace))
     assert rc == 0, out
@@ -224,3 +230,14 @@ def test_bad_input_is_refused_before_anything_runs(mini: Proj, capsys: pytest.Ca
     assert "test mode only" in capsys.readouterr().err
     assert state(mini) == before and reports(mini) == []
     assert not (mini.project.state_dir / "bump" / "scratch").exists()
+
+
+@pytest.mark.integration
+def test_a_bump_killed_at_many_points(tmp_path: Path) -> None:
+    """Six points spread over the whole bump (every point with PATCHSET_FAULT_ALL=1): killed in a
+    stage, the project is untouched and the next bump does it all again; killed in the switch, the
+    next bump finishes it."""
+    s, _ = bump_scenario(tmp_path)
+    n = s.count_points()
+    points = _points(n)
+    assert kill_and_rerun(s, points) == len(points)

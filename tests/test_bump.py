@@ -108,13 +108,6 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
         assert f"| {name} | cpu | proven |" in text
     assert "case(s) compared" in text and "| newly failing | 0 |" in text
 
-    # onto the pinned commit again (what follows a conflict resolved with `rebase`): a check that
-    # changes nothing and writes its report
-    pinned, moved = mini.project.pin_file.read_bytes(), mini.snapshot()
-    assert bump(mini, new) == 0
-    assert (mini.project.pin_file.read_bytes(), mini.snapshot()) == (pinned, moved)
-    assert "every stage passed" in (mini.project.state_dir / f"bump-{new[:7]}-{new[:7]}.md").read_text()
-
 
 def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,9 +164,9 @@ def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pyte
 
 def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
-    # upstream fixes sub its own way, on the line patch 1 changes
+    # upstream rewrites the line patch 1 fixes (still wrong)
     new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace(
-        "calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return -(b - a); }")}, "calc: sub\n")
+        "calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return b + a; }")}, "calc: sub\n")
     before = state(mini)
 
     assert bump(mini, new) == 3
@@ -185,6 +178,20 @@ def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
     # the project's own work repository was never in a rebase: `rebase --onto` can start there
     assert not (mini.work / ".git" / "rebase-apply").exists()
     assert git(mini.work, "status", "--porcelain") == ""
+
+    # what it says to do: resolve with rebase, then bump onto the same commit, which checks the
+    # rebased series (a rebase onto the pinned commit: the pin is kept as it is) and writes the report
+    assert f"then check the result with `patchset bump --onto {new}`" in out
+    assert main(["--project", str(mini.root), "rebase", "--onto", new]) == 3
+    (mini.work / "ggml/src/calc.c").write_text(CALC_C.replace("calc_sub(int a, int b) { return a + b; }",
+                                                              "calc_sub(int a, int b) { return a - b; }"))
+    mini.wgit("add", "ggml/src/calc.c")
+    assert main(["--project", str(mini.root), "rebase", "--continue"]) == 0
+    pinned, rebased = mini.project.pin_file.read_bytes(), mini.snapshot()
+    capsys.readouterr()
+    assert bump(mini, new) == 0, capsys.readouterr()
+    assert (mini.project.pin_file.read_bytes(), mini.snapshot()) == (pinned, rebased)
+    assert "every stage passed" in (mini.project.state_dir / f"bump-{new[:7]}-{new[:7]}.md").read_text()
 
 
 def bump_scenario(tmp_path: Path) -> tuple[Scenario, str]:

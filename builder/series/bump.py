@@ -288,10 +288,10 @@ def conflict_advice(info: ConflictInfo, onto: str) -> str:
     where = "; ".join(filter(None, ["failed hunks: " + ", ".join(info.failed) if info.failed else "",
                                     "conflicts in: " + ", ".join(info.conflicted) if info.conflicted else ""]))
     return (f"patch {info.position}/{info.total} {info.name} does not apply on the new upstream"
-            + (f" ({where})" if where else "") + ". Nothing was changed. Resolve it with "
-            f"`patchset rebase --onto {onto}` (it stops at the conflict in the work repository: fix the files, "
-            "`git add` them, `patchset rebase --continue`), then run `patchset bump --onto` the same target: on the "
-            "rebased series it rebuilds, sweeps and proves every patch and writes the report")
+            + (f" ({where})" if where else "") + ". Nothing was changed. Resolve it in the project with "
+            f"`patchset rebase --onto {onto}` (it stops at this conflict in the work repository: fix the files, "
+            f"`git add` them, `patchset rebase --continue`), then check the result with `patchset bump --onto {onto}` "
+            "(on the rebased series it rebuilds, sweeps and proves every patch and writes the report)")
 
 
 def _build(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> buildmod.BuildResult:

@@ -146,6 +146,22 @@ def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
     assert f"| {NAMES[0]} | cpu | proven |" in text and f"| {NAMES[1]} | cpu | not proven |" in text
 
 
+def test_a_bump_whose_tree_does_not_build_changes_nothing(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream drops calc_one, which patch 2's test program calls
+    header = (mini.upstream.src / "ggml/include/calc.h").read_text()
+    new = mini.upstream.advance({"ggml/include/calc.h": header.replace("int calc_one(void);\n", ""),
+                                 "ggml/src/calc.c": CALC_C.replace("int calc_one(void) { return 1; }\n", "")},
+                                "calc: no one\n")
+    before = state(mini)
+
+    assert bump(mini, new) == 1
+    out = capsys.readouterr().out
+    assert f"failed at build ({NAMES[1]})" in out and "test-mul.cpp" in out
+    assert state(mini) == before
+    text = reports(mini)[0].read_text()
+    assert "FAILED at build (failed)" in text and "## Sweep (patched against the new upstream)\n\n(not run)" in text
+
+
 def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     new = mini.upstream.advance({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc: fix sub\n")
 

@@ -109,21 +109,29 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
     assert "case(s) compared" in text and "| newly failing | 0 |" in text
 
 
+def failing_bump(mini: Proj, capsys: pytest.CaptureFixture[str], code: int,
+                 files: dict[str, str | bytes | None], message: str) -> tuple[str, str, str]:
+    """Bump onto a new upstream commit of `files`, which must fail with exit `code` and leave pin,
+    patches/ and the work repository exactly as they were: (the commit, the output, the report)."""
+    new = mini.upstream.advance(files, message)
+    before = state(mini)
+    assert bump(mini, new) == code
+    out = capsys.readouterr().out
+    assert state(mini) == before
+    [report] = reports(mini)
+    text = report.read_text()
+    assert "nothing in the project was changed" in text
+    return new, out, text
+
+
 def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     # upstream changes calc_one, which patch 2's test relies on: the sweep sees that test fail with
     # the series on the new upstream
-    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("{ return 1; }", "{ return 2; }")},
+    _, out, text = failing_bump(mini, capsys, 1, {"ggml/src/calc.c": CALC_C.replace("{ return 1; }", "{ return 2; }")},
                                 "calc: one is two\n")
-    before = state(mini)
-
-    assert bump(mini, new) == 1
-    out = capsys.readouterr().out
     assert f"failed at sweep ({NAMES[1]})" in out and "test-mul" in out
-    assert state(mini) == before
-    [report] = reports(mini)
-    text = report.read_text()
-    assert "FAILED at sweep" in text and "nothing in the project was changed" in text
+    assert "FAILED at sweep" in text
     assert "| new case failing | 1 |" in text and "| newly failing | 0 |" in text
     assert "regression: test-mul CPU MUL(want=9): None -> fail" in text
 
@@ -132,16 +140,9 @@ def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     # upstream's calc_add now multiplies: calc_mul (which calls it) is right without patch 2, whose
     # test no longer fails without it
-    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace("calc_add(int a, int b) { return a + b; }",
-                                                                   "calc_add(int a, int b) { return a * b; }")},
-                                "calc: add multiplies\n")
-    before = state(mini)
-
-    assert bump(mini, new) == 4
-    out = capsys.readouterr().out
+    _, out, text = failing_bump(mini, capsys, 4, {"ggml/src/calc.c": CALC_C.replace(
+        "calc_add(int a, int b) { return a + b; }", "calc_add(int a, int b) { return a * b; }")}, "calc: add\n")
     assert f"failed at verify ({NAMES[1]})" in out and "passes without the fix" in out
-    assert state(mini) == before
-    text = reports(mini)[0].read_text()
     assert "FAILED at verify (not proven)" in text
     assert f"| {NAMES[0]} | cpu | proven |" in text and f"| {NAMES[1]} | cpu | not proven |" in text
 
@@ -149,16 +150,10 @@ def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
 def test_a_bump_whose_tree_does_not_build_changes_nothing(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     # upstream drops calc_one, which patch 2's test program calls
     header = (mini.upstream.src / "ggml/include/calc.h").read_text()
-    new = mini.upstream.advance({"ggml/include/calc.h": header.replace("int calc_one(void);\n", ""),
-                                 "ggml/src/calc.c": CALC_C.replace("int calc_one(void) { return 1; }\n", "")},
-                                "calc: no one\n")
-    before = state(mini)
-
-    assert bump(mini, new) == 1
-    out = capsys.readouterr().out
+    _, out, text = failing_bump(mini, capsys, 1, {
+        "ggml/include/calc.h": header.replace("int calc_one(void);\n", ""),
+        "ggml/src/calc.c": CALC_C.replace("int calc_one(void) { return 1; }\n", "")}, "calc: no one\n")
     assert f"failed at build ({NAMES[1]})" in out and "test-mul.cpp" in out
-    assert state(mini) == before
-    text = reports(mini)[0].read_text()
     assert "FAILED at build (failed)" in text and "## Sweep (patched against the new upstream)\n\n(not run)" in text
 
 
@@ -181,16 +176,11 @@ def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pyte
 def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     # upstream rewrites the line patch 1 fixes (still wrong)
-    new = mini.upstream.advance({"ggml/src/calc.c": CALC_C.replace(
+    new, out, text = failing_bump(mini, capsys, 3, {"ggml/src/calc.c": CALC_C.replace(
         "calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return b + a; }")}, "calc: sub\n")
-    before = state(mini)
-
-    assert bump(mini, new) == 3
-    out = capsys.readouterr().out
     assert "failed at rebase" in out and NAMES[0] in out
     assert f"patchset rebase --onto {new}" in out and "Nothing was changed" in out
-    assert state(mini) == before
-    assert "FAILED at rebase (conflict)" in reports(mini)[0].read_text()
+    assert "FAILED at rebase (conflict)" in text
     # the project's own work repository was never in a rebase: `rebase --onto` can start there
     assert not (mini.work / ".git" / "rebase-apply").exists()
     assert git(mini.work, "status", "--porcelain") == ""

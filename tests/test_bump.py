@@ -107,6 +107,10 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
         assert f"| {name} | clean |" in text or f"| {name} | 3-way |" in text
         assert f"| {name} | cpu | proven |" in text
     assert "case(s) compared" in text and "| newly failing | 0 |" in text
+    # its proofs are the project's now: verify finds nothing to prove again
+    capsys.readouterr()
+    assert main(["--project", str(mini.root), "verify", "--backend", "cpu", "-j", "2"]) == 0
+    assert capsys.readouterr().out.count("evidence reused") == 2
 
 
 def failing_bump(mini: Proj, capsys: pytest.CaptureFixture[str], code: int,

@@ -40,6 +40,7 @@ from builder.locking import project_lock
 from builder.pipeline import declared_tests, run_build
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
+from builder.prove import evidence
 from builder.prove import sweep as sweepmod
 from builder.prove import verify as verifymod
 from builder.series import dryrun
@@ -184,6 +185,8 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
         if move_work:
             _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
         _switch(project, scratch, result.new_pin, move_work)
+        assert result.verify is not None
+        _keep_evidence(project, scratch, result.verify)
         return result
 
 
@@ -396,6 +399,15 @@ def _roll_forward(project: Project) -> None:
         ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
         _move_work_repo(project, work, scratch_work, load_pin(project.pin_file))
     journal.unlink()
+
+
+def _keep_evidence(project: Project, scratch: Project, report: verifymod.VerifyReport) -> None:
+    """The proofs made on the new upstream, for `patchset verify` in the project to reuse (its
+    trees are the very ones proven: the work repository now holds the scratch one's commits)."""
+    for v in report.verdicts:
+        found = evidence.load(scratch.evidence_dir, v.patch, v.backend)
+        if found is not None:
+            evidence.write(project.evidence_dir, found)
 
 
 def _move_work_repo(project: Project, work: WorkRepo, scratch_work: WorkRepo, new_pin: Pin) -> None:

@@ -10,10 +10,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, git, make_project, make_upstream
+from helpers import Proj, Upstream, fsck_clean, git, make_project, make_upstream
 
 from builder.cli import main
 from builder.series.apply import apply
+from builder.series.rebase import rebase
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
 from tests.test_faults import KILLED, Scenario, _points, consistent, kill_and_rerun, observe
@@ -236,6 +237,19 @@ def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: 
     assert observe(s, rc) == reference
     consistent(s)
     assert not (s.root / ".patchset" / "bump" / "journal.json").exists()
+
+
+def test_a_pin_fetched_from_git_with_history_can_be_moved_on(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """The pin's commit has parents the cache never fetched (depth 1); a commit two further on is
+    fetched, and the work repository, which borrows the cache's objects, stays whole (fsck)."""
+    c1 = up.advance({"README": "one\n"}, "one\n")
+    proj = make_project(tmp_path, dataclasses.replace(up, commit=c1, tree=up.tree_of(c1)), cache_dir)
+    apply(proj.project)
+    up.advance({"README": "two\n"}, "two\n")
+    c3 = up.advance({"README": "three\n"}, "three\n")
+    rebase(proj.project, c3)
+    assert proj.wgit("rev-parse", "upstream") == c3
+    fsck_clean(proj.work)
 
 
 def test_bad_input_is_refused_before_anything_runs(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:

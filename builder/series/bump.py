@@ -15,7 +15,8 @@ Then the switch, in an order that a kill cannot leave half done: the new `patche
 beside the old one (`.patches.bump-new`), a journal naming the new pin is written
 (`.patchset/bump/journal.json`: the commit point), the folders are swapped by two renames, the pin
 is written atomically, the work repository is moved to the scratch one's `patched` and `upstream`
-(through the sequencer's operation record, as `rebase` does), and the journal is removed. A run
+(through the sequencer's operation record, as `rebase` does), the scratch project's evidence is
+copied to the project's (the same trees), and the journal is removed. A run
 killed after the journal was written is finished by the next `patchset bump` before anything else
 (roll forward: every stage had passed; a half-done move of the work repository is rolled back and
 made again); one killed before it left the project as it was, and its leftovers are removed.
@@ -185,8 +186,6 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
         if move_work:
             _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
         _switch(project, scratch, result.new_pin, move_work)
-        assert result.verify is not None
-        _keep_evidence(project, scratch, result.verify)
         return result
 
 
@@ -398,14 +397,16 @@ def _roll_forward(project: Project) -> None:
     if data.get("work") and work.exists() and scratch_work.exists():
         ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
         _move_work_repo(project, work, scratch_work, load_pin(project.pin_file))
+    _keep_evidence(project)
     journal.unlink()
 
 
-def _keep_evidence(project: Project, scratch: Project, report: verifymod.VerifyReport) -> None:
+def _keep_evidence(project: Project) -> None:
     """The proofs made on the new upstream, for `patchset verify` in the project to reuse (its
     trees are the very ones proven: the work repository now holds the scratch one's commits)."""
-    for v in report.verdicts:
-        found = evidence.load(scratch.evidence_dir, v.patch, v.backend)
+    scratch = scratch_project(project)
+    for jpath in sorted(scratch.evidence_dir.glob("*/*.json")):
+        found = evidence.load(scratch.evidence_dir, f"{jpath.parent.name}.patch", jpath.stem)
         if found is not None:
             evidence.write(project.evidence_dir, found)
 

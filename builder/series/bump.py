@@ -16,10 +16,10 @@ beside the old one (`.patches.bump-new`), a journal naming the new pin is writte
 (`.patchset/bump/journal.json`: the commit point), the folders are swapped by two renames, the pin
 is written atomically, the work repository is moved to the scratch one's `patched` and `upstream`
 (through the sequencer's operation record, as `rebase` does), the scratch project's evidence is
-copied to the project's (the same trees), and the journal is removed. A run
-killed after the journal was written is finished by the next `patchset bump` before anything else
-(roll forward: every stage had passed; a half-done move of the work repository is rolled back and
-made again); one killed before it left the project as it was, and its leftovers are removed.
+copied to the project's (the same trees), and the journal is removed. A run killed after the
+journal was written is finished by the next `patchset bump` before anything else (roll forward:
+every stage had passed; a half-done move of the work repository is rolled back and made again);
+one killed before it left the project as it was, and its leftovers are removed.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from builder.commands import (
     all_cmd,
     apply_cmd,
     build_cmd,
+    bump_cmd,
     check_cmd,
     export_cmd,
     fetch_cmd,
@@ -21,5 +22,5 @@ from builder.commands import (
 
 COMMANDS = [
     fetch_cmd, apply_cmd, refresh_cmd, status_cmd, rebase_cmd, check_cmd, build_cmd, test_cmd, slice_cmd, verify_cmd,
-    all_cmd, pin_cmd, export_cmd, wheel_cmd, gc_cmd,
+    all_cmd, pin_cmd, export_cmd, wheel_cmd, gc_cmd, bump_cmd,
 ]

@@ -32,6 +32,7 @@ from builder.series.workrepo import (
     fingerprint,
 )
 from builder.upstream import fetch as upstream
+from builder.upstream.fetch import merge_shallow
 from builder.upstream.pin import GitSource, Pin, dump_pin, load_pin, write_pin
 
 
@@ -114,6 +115,7 @@ def rebase(project: Project, onto: str) -> RebaseResult:
         want = str((fetched.repo / "objects").resolve())
         if want not in alternates.read_text():
             alternates.write_text(alternates.read_text() + want + "\n")
+        merge_shallow(fetched.repo, work.path / ".git")
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)

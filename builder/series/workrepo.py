@@ -30,7 +30,7 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
 from builder.project import Project
 from builder.series.model import Series
-from builder.upstream.fetch import Fetched, fetch
+from builder.upstream.fetch import Fetched, fetch, merge_shallow
 from builder.upstream.pin import Pin, load_pin
 
 log = logging.getLogger("patchset")
@@ -261,6 +261,7 @@ class WorkRepo:
         replaced: backup refs and older trees may need objects only they hold.
         """
         want = str((cache_repo / "objects").resolve())
+        merge_shallow(cache_repo, self.path / ".git")
         have = self.borrowed()
         gone = [d for d in have if not Path(d).is_dir()]
         keep = [want] + [d for d in have if d != want and d not in gone]

@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from builder.errors import ProcessError, ProcessTimeout, SourceError
+from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream import mirror
@@ -147,6 +148,7 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
             (quarantine / "q.git" / "objects" / "info" / "alternates").write_text(
                 str((path / "objects").resolve()) + "\n"
             )
+            _copy_shallow(path, quarantine / "q.git")
             if isinstance(src, GitSource):
                 commit = _fetch_git(q, src, pin)
             elif isinstance(src, BundleSource):
@@ -154,6 +156,7 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
             else:
                 commit = _import_sdist(q, src, pin, cache_dir, quarantine, progress=progress)
             _migrate_objects(quarantine / "q.git" / "objects", path / "objects")
+            merge_shallow(quarantine / "q.git", path)
         except SourceError as e:
             failures.append(f"{describe(src)}: {e}")
             log.warning("source failed: %s: %s", describe(src), e)
@@ -296,6 +299,32 @@ def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress:
     tree = q.out("write-tree", env=env)
     progress.end()
     return tree, count
+
+
+def _copy_shallow(cache_repo: Path, q: Path) -> None:
+    """Tell the quarantine which borrowed commits were fetched without their parents (depth 1).
+
+    Without it git takes a cached pin for a whole history when it negotiates the next fetch, tries
+    to walk its parents, and fails ("Could not read <parent>"): a second pin whose commit descends
+    from a pin fetched from git could never be fetched.
+    """
+    shallow = cache_repo / "shallow"
+    if shallow.exists():
+        shutil.copyfile(shallow, q / "shallow")
+
+
+def merge_shallow(src: Path, dst: Path) -> None:
+    """Add the shallow commits of git dir `src` to those of git dir `dst`: the cache's after a fetch
+    (see `_copy_shallow`), a repository's that borrows the cache's objects (else git takes the
+    missing parents of a pin fetched at depth 1 for a broken history: fsck, log)."""
+    new = src / "shallow"
+    if not new.exists():
+        return
+    old = dst / "shallow"
+    lines = old.read_text().split() if old.exists() else []
+    merged = list(dict.fromkeys(lines + new.read_text().split()))
+    if merged != lines:
+        atomic_write_text(old, "".join(f"{c}\n" for c in merged))
 
 
 def _migrate_objects(src: Path, dst: Path) -> None:

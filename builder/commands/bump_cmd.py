@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+
+from builder.build.cmakebuild import PROFILES
+from builder.build.testrun import MODES
+from builder.commands.rebase_cmd import print_report
+from builder.commands.sweep_view import print_sweep
+from builder.commands.test_cmd import add_timeout
+from builder.commands.verify_cmd import print_verdicts
+from builder.console import CliProgress, console
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.bump import CONFLICT, NOT_PROVEN, BumpOptions, BumpResult, bump
+
+NAME = "bump"
+HELP = ("move the series to a new upstream only if it rebases, builds, passes the regression sweep and every "
+        "patch is proven there; else change nothing")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--onto", required=True, help="a full commit id of the pin's git remote, or a pin file (.toml)")
+    p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="backend to build, sweep and verify on")
+    p.add_argument("--mode", choices=MODES, help="the sweep's test-backend-ops mode (default: the backend's)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ops", help="comma-separated ops for the sweep (default: the series' ops)")
+    g.add_argument("--all", action="store_true", help="sweep every op")
+    p.add_argument("--workers", type=int, default=1, help="test-backend-ops parallel workers (-j; test mode only)")
+    p.add_argument("--confirm", type=int, default=3, metavar="N",
+                   help="re-runs of each sweep case that changed, on both trees (default 3; 0: off)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
+    p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
+    add_timeout(p)
+
+
+def outcome(result: BumpResult) -> Outcome:
+    if result.ok:
+        return Outcome.OK
+    return {CONFLICT: Outcome.CONFLICT, NOT_PROVEN: Outcome.NOT_PROVEN}.get(result.failure, Outcome.FAILED)
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    opts = BumpOptions(
+        onto=args.onto, backend=args.backend, mode=args.mode,
+        ops=tuple(o for o in args.ops.split(",") if o) if args.ops else None, all_ops=args.all,
+        workers=args.workers, confirm=args.confirm, jobs=args.jobs, cuda_arch=args.cuda_arch, timeout_s=args.timeout,
+    )
+    result = bump(project, opts, CliProgress())
+    if result.recovered:
+        console.print(f"finished the interrupted bump onto {result.new_pin.commit[:12]}: pin "
+                      f"{project.pin_file.name} and patches/ are on it")
+        return Outcome.OK
+    if result.rebase is not None:
+        print_report(result.rebase, False)
+    if result.sweep is not None:
+        print_sweep(result.sweep)
+    if result.verify is not None:
+        print_verdicts(result.verify)
+    old, new = result.old_pin.commit[:12], result.new_pin.commit[:12]
+    if result.ok:
+        console.print(f"bumped from {old} onto {new}: pin {project.pin_file.name} and patches/ updated "
+                      f"(commit them); report written to {result.report_file}", highlight=False)
+        if result.dropped:
+            console.print(f"dropped as already upstream: {', '.join(result.dropped)}", highlight=False)
+    else:
+        names = f" ({', '.join(result.patches)})" if result.patches else ""
+        console.print(f"[bold red]bump onto {new} failed at {result.failed_stage}[/]{escape(names)}: "
+                      f"{escape(result.reason)}", highlight=False, soft_wrap=True)
+        console.print(f"pin, patches/ and the work repository are unchanged; report written to "
+                      f"{result.report_file}", highlight=False)
+    return outcome(result)

@@ -1,0 +1,479 @@
+"""`patchset bump --onto`: move the series to a new upstream only when it rebases, builds, sweeps and proves.
+
+Every stage runs in a scratch project (`.patchset/bump/scratch/`): a copy of `patches/` and the
+pin, its own work repository and build folders, the same cache. The project's pin, `patches/` and
+work repository are not touched until every stage has passed:
+
+1. rebase: `patchset apply` then `patchset rebase --onto` in the scratch project (the same
+   sequencer; patches found already upstream are dropped and listed). A conflict stops the bump;
+   it is resolved with `patchset rebase --onto` in the project itself.
+2. build: `patchset build` of the rebased `patched` (ggml and the test programs).
+3. sweep: `patchset test --against upstream`, where `upstream` is now the new upstream.
+4. verify: every patch proven again on the new upstream (no evidence reused).
+
+Then the switch, in an order that a kill cannot leave half done: the new `patches/` is staged
+beside the old one (`.patches.bump-new`), a journal naming the new pin is written
+(`.patchset/bump/journal.json`: the commit point), the folders are swapped by two renames, the pin
+is written atomically, the work repository is moved to the scratch one's `patched` and `upstream`
+(through the sequencer's operation record, as `rebase` does), the scratch project's evidence is
+copied to the project's (the same trees), and the journal is removed. A run killed after the
+journal was written is finished by the next `patchset bump` before anything else (roll forward:
+every stage had passed; a half-done move of the work repository is rolled back and made again);
+one killed before it left the project as it was, and its leftovers are removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
+from builder.errors import EXIT_USAGE, InputError, PatchsetError, WorkTreeError
+from builder.fsutil import atomic_write_text
+from builder.locking import project_lock
+from builder.pipeline import declared_tests, run_build
+from builder.progress import NullProgress, ProgressSink
+from builder.project import Project
+from builder.prove import evidence
+from builder.prove import sweep as sweepmod
+from builder.prove import verify as verifymod
+from builder.series import dryrun
+from builder.series.apply import apply
+from builder.series.dryrun import RebaseReport
+from builder.series.model import load_series
+from builder.series.rebase import rebase, target_pin
+from builder.series.refresh import FileChange
+from builder.series.workrepo import (
+    PATCHED,
+    UPSTREAM,
+    ConflictInfo,
+    Operation,
+    StoppedOnConflict,
+    WorkRepo,
+    ensure_no_op,
+    fingerprint,
+)
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import Pin, dump_pin, load_pin
+
+log = logging.getLogger("patchset")
+
+REBASE, BUILD, SWEEP, VERIFY = "rebase", "build", "sweep", "verify"
+STAGES = (REBASE, BUILD, SWEEP, VERIFY)
+
+# what a failed stage amounts to (the command turns it into the exit code)
+CONFLICT = "conflict"
+FAILED = "failed"
+NOT_PROVEN = "not proven"
+
+
+@dataclass(frozen=True)
+class BumpOptions:
+    onto: str
+    """A full commit id of the pin's git remote, or a pin file (.toml)."""
+    backend: str = "cpu"
+    mode: str | None = None
+    """test-backend-ops mode of the sweep; None: the backend's default."""
+    ops: tuple[str, ...] | None = None
+    """Ops of the sweep; None: the series' ops (as `patchset test --against upstream`), or every op with `all_ops`."""
+    all_ops: bool = False
+    workers: int = 1
+    confirm: int = 3
+    jobs: int | None = None
+    cuda_arch: str | None = None
+    timeout_s: float | None = testrun.DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class BumpResult:
+    old_pin: Pin
+    new_pin: Pin
+    failed_stage: str = ""
+    """The stage that failed ('' when every stage passed and the project was moved)."""
+    failure: str = ""
+    """CONFLICT, FAILED or NOT_PROVEN."""
+    reason: str = ""
+    patches: tuple[str, ...] = ()
+    """The patches the failure names."""
+    rebase: RebaseReport | None = None
+    build: buildmod.BuildResult | None = None
+    sweep: sweepmod.SweepReport | None = None
+    verify: verifymod.VerifyReport | None = None
+    changes: tuple[FileChange, ...] = ()
+    """What changed in `patches/` (only when the bump passed)."""
+    report_file: Path | None = None
+    recovered: bool = False
+    """An interrupted earlier bump to this pin was finished instead (no stage ran)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_stage
+
+    @property
+    def dropped(self) -> list[str]:
+        return [p.patch for p in self.rebase.patches if p.outcome == dryrun.UPSTREAM] if self.rebase else []
+
+
+class _Failed(Exception):
+    def __init__(self, stage: str, failure: str, reason: str, patches: tuple[str, ...] = (),
+                 found: object | None = None) -> None:
+        super().__init__(reason)
+        self.stage, self.failure, self.reason, self.patches = stage, failure, reason, patches
+        self.found = found
+        """What the stage found before it failed (its report), for the report file."""
+
+
+# -- where things live ----------------------------------------------------------------------------
+def bump_dir(project: Project) -> Path:
+    return project.state_dir / "bump"
+
+
+def journal_file(project: Project) -> Path:
+    return bump_dir(project) / "journal.json"
+
+
+def _staged(project: Project) -> Path:
+    # beside patches/, so that the swap is a rename on one file system
+    return project.root / ".patches.bump-new"
+
+
+def _retired(project: Project) -> Path:
+    return project.root / ".patches.bump-old"
+
+
+def scratch_project(project: Project) -> Project:
+    root = bump_dir(project) / "scratch"
+    return Project(root=root / "project", pin_file=root / "project" / "upstream" / "llama.cpp.toml",
+                   state_dir=root / "state", cache_dir=project.cache_dir)
+
+
+def report_path(project: Project, old: Pin, new: Pin) -> Path:
+    return project.state_dir / f"bump-{old.tag or old.short}-{new.tag or new.short}.md"
+
+
+# -- the command ------------------------------------------------------------------------------------
+def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = None) -> BumpResult:
+    progress = progress or NullProgress()
+    _check_options(opts)
+    with project_lock(project.lock_file, purpose="bump"):
+        finished = recover(project)
+        old_pin = load_pin(project.pin_file)
+        new_pin = target_pin(old_pin, _absolute(opts.onto))
+        if finished is not None and finished == new_pin.commit:
+            return BumpResult(old_pin, old_pin, recovered=True)
+        work = WorkRepo(project.work_repo)
+        if work.exists() and work.head() is not None:
+            _refuse_unsaved(work)
+        before = _snapshot(project)
+        scratch = _fresh_scratch(project)
+        result = _stages(scratch, opts, old_pin, new_pin, progress)
+        result = dataclasses.replace(result, report_file=report_path(project, old_pin, result.new_pin))
+        assert result.report_file is not None
+        atomic_write_text(result.report_file, render_report(result, opts))
+        if not result.ok:
+            return result
+        if _snapshot(project) != before:
+            raise WorkTreeError(f"{project.patches_dir} or {project.pin_file} changed while the bump ran; "
+                                f"nothing was switched (the bump's result is in {scratch.root})")
+        move_work = work.exists() and work.head() is not None
+        if move_work:
+            _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
+        _switch(project, scratch, result.new_pin, move_work)
+        return result
+
+
+def _check_options(opts: BumpOptions) -> None:
+    """What would make a stage refuse its input, refused before anything runs."""
+    if sys.platform not in buildmod.profile(opts.backend).platforms:
+        raise InputError(f"--backend {opts.backend}: its tests cannot run on {sys.platform}, so a bump cannot be "
+                         "judged here")
+    mode = opts.mode or testrun.default_mode(opts.backend)
+    if mode not in testrun.MODES:
+        raise InputError(f"unknown mode '{mode}' (known: {', '.join(testrun.MODES)})")
+    if opts.workers > 1 and mode != "test":
+        raise InputError("--workers: test-backend-ops runs parallel workers in test mode only")
+
+
+def _absolute(onto: str) -> str:
+    """A pin file given relative to the current folder, made absolute (the scratch project has its own)."""
+    path = Path(onto)
+    return str(path.resolve()) if path.suffix == ".toml" or path.is_file() else onto
+
+
+def _refuse_unsaved(work: WorkRepo) -> None:
+    ensure_no_op(work)
+    reasons = work.unsaved_work(work.load_state())
+    if reasons:
+        raise WorkTreeError(f"{work.path}: refusing to bump: " + "; ".join(reasons)
+                            + ". Run `patchset refresh` or commit/stash first")
+
+
+def _snapshot(project: Project) -> dict[str, bytes]:
+    files = {p.relative_to(project.root).as_posix(): p.read_bytes()
+             for p in sorted(project.patches_dir.rglob("*")) if p.is_file()}
+    files["<pin>"] = project.pin_file.read_bytes()
+    return files
+
+
+def _fresh_scratch(project: Project) -> Project:
+    """The scratch project with a copy of patches/ and the pin; the build folders of the last
+    bump are kept (a rebuild of the same paths is cheaper), everything else goes."""
+    scratch = scratch_project(project)
+    if scratch.root.exists():
+        shutil.rmtree(scratch.root)
+    if scratch.state_dir.exists():
+        for child in scratch.state_dir.iterdir():
+            if child == scratch.build_root:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    shutil.copytree(project.patches_dir, scratch.patches_dir, symlinks=True)
+    scratch.pin_file.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(project.pin_file, scratch.pin_file)
+    return scratch
+
+
+def _stages(scratch: Project, opts: BumpOptions, old_pin: Pin, new_pin: Pin,
+            progress: ProgressSink) -> BumpResult:
+    found: dict[str, object] = {}
+    try:
+        found[REBASE] = _rebase(scratch, opts, progress)
+        new_pin = load_pin(scratch.pin_file)
+        found[BUILD] = _build(scratch, opts, progress)
+        found[SWEEP] = _sweep(scratch, opts, progress)
+        found[VERIFY] = _verify(scratch, opts, progress)
+    except _Failed as f:
+        found[f.stage] = f.found
+        return BumpResult(old_pin, new_pin, f.stage, f.failure, f.reason, f.patches, **_reports(found))
+    return BumpResult(old_pin, new_pin, **_reports(found))
+
+
+def _reports(found: dict[str, object]) -> dict:
+    return {"rebase": found.get(REBASE), "build": found.get(BUILD), "sweep": found.get(SWEEP),
+            "verify": found.get(VERIFY)}
+
+
+def _stage_error(stage: str, e: PatchsetError) -> _Failed:
+    """A stage that raised. In verify a patch (or its mutation) that does not apply to the trees it
+    is proven on is not proven there; elsewhere bad input stays what it is (exit 2)."""
+    if e.exit_code == EXIT_USAGE and stage != VERIFY:
+        raise e
+    return _Failed(stage, NOT_PROVEN if e.exit_code == EXIT_USAGE else FAILED, str(e))
+
+
+def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> RebaseReport:
+    try:
+        apply(scratch, progress=progress)
+    except StoppedOnConflict as e:
+        raise _Failed(REBASE, CONFLICT, f"{e.info.name} does not apply on the current pin; run `patchset apply` "
+                                        "and resolve it there first", (e.info.name,)) from e
+    # onto the pinned commit itself (a check after `patchset rebase`): the pin as it is, tag and all
+    same = opts.onto == load_pin(scratch.pin_file).commit
+    try:
+        result = rebase(scratch, str(scratch.pin_file) if same else _absolute(opts.onto))
+    except StoppedOnConflict as e:
+        raise _Failed(REBASE, CONFLICT, conflict_advice(e.info, opts.onto), (e.info.name,)) from e
+    assert result.report is not None
+    return result.report
+
+
+def conflict_advice(info: ConflictInfo, onto: str) -> str:
+    where = "; ".join(filter(None, ["failed hunks: " + ", ".join(info.failed) if info.failed else "",
+                                    "conflicts in: " + ", ".join(info.conflicted) if info.conflicted else ""]))
+    return (f"patch {info.position}/{info.total} {info.name} does not apply on the new upstream"
+            + (f" ({where})" if where else "") + ". Nothing was changed. Resolve it in the project with "
+            f"`patchset rebase --onto {onto}` (it stops at this conflict in the work repository: fix the files, "
+            f"`git add` them, `patchset rebase --continue`), then check the result with `patchset bump --onto {onto}` "
+            "(on the rebased series it rebuilds, sweeps and proves every patch and writes the report)")
+
+
+def _build(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> buildmod.BuildResult:
+    try:
+        result = run_build(scratch, opts.backend, "minimal", opts.jobs, cuda_arch=opts.cuda_arch, progress=progress)
+    except PatchsetError as e:
+        raise _stage_error(BUILD, e) from e
+    if not result.ok:
+        where = f"{result.first_error}" if result.first_error else "see the log"
+        # an error in a test program of the series names the patches that bring it
+        program = Path(result.first_error.file).stem if result.first_error else ""
+        raise _Failed(BUILD, FAILED, f"the rebased series does not build for {opts.backend}: {where} "
+                                     f"(log {result.log})", _owners(scratch, {program}), found=result)
+    return result
+
+
+def _sweep(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> sweepmod.SweepReport:
+    ops = opts.ops
+    if ops is None and not opts.all_ops:
+        declared = declared_tests(load_series(scratch.patches_dir), opts.backend)
+        ops = tuple(testrun.series_ops(declared)) or None
+    sopts = sweepmod.SweepOptions(backend=opts.backend, mode=opts.mode, ops=ops, against=UPSTREAM, jobs=opts.jobs,
+                                  cuda_arch=opts.cuda_arch, workers=opts.workers, timeout_s=opts.timeout_s,
+                                  confirm=opts.confirm)
+    try:
+        report = sweepmod.sweep(scratch, sopts, progress)
+    except PatchsetError as e:
+        raise _stage_error(SWEEP, e) from e
+    if report.regressions:
+        shown = ", ".join(f"{c.program} {c.case}" for c in report.regressions[:5])
+        more = f" and {len(report.regressions) - 5} more" if len(report.regressions) > 5 else ""
+        raise _Failed(SWEEP, FAILED, f"{len(report.regressions)} case(s) fail with the series that pass on the "
+                                     f"new upstream: {shown}{more}",
+                      _owners(scratch, {c.program for c in report.regressions}), found=report)
+    return report
+
+
+def _owners(scratch: Project, programs: set[str]) -> tuple[str, ...]:
+    """The patches whose own test programs are among `programs` (upstream's programs name none)."""
+    return tuple(p.name for p in load_series(scratch.patches_dir).patches
+                 if any(t.program in programs and t.program not in buildmod.DEFAULT_PROGRAMS for t in p.meta.tests))
+
+
+def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> verifymod.VerifyReport:
+    try:
+        # the upstream changed: every patch is proven again, no evidence is reused
+        report = verifymod.verify(scratch, backends=[opts.backend], progress=progress, reuse=False, jobs=opts.jobs,
+                                  cuda_arch=opts.cuda_arch, timeout=opts.timeout_s)
+    except PatchsetError as e:
+        raise _stage_error(VERIFY, e) from e
+    if not report.ok:
+        bad = tuple(v.patch for v in report.verdicts if v.outcome != verifymod.PROVEN
+                    and not v.outcome.startswith(verifymod.NEEDS))
+        why = "; ".join(f"{v.patch}: {v.outcome} ({v.reason})" for v in report.verdicts if v.patch in bad)
+        raise _Failed(VERIFY, FAILED if report.regressed else NOT_PROVEN, why, bad, found=report)
+    return report
+
+
+# -- the switch ---------------------------------------------------------------------------------------
+def _switch(project: Project, scratch: Project, new_pin: Pin, move_work: bool) -> None:
+    """patches/ and the pin from the scratch project, then the work repository, through the
+    journal (see the module docstring)."""
+    staged = _staged(project)
+    for leftover in (staged, _retired(project)):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    shutil.copytree(scratch.patches_dir, staged, symlinks=True)
+    atomic_write_text(journal_file(project), json.dumps(
+        {"pin_file": str(project.pin_file), "patches": str(project.patches_dir), "pin": dump_pin(new_pin),
+         "commit": new_pin.commit, "work": move_work}, indent=1) + "\n")
+    _roll_forward(project)
+
+
+def recover(project: Project) -> str | None:
+    """Finish a bump a killed process left after its commit point; the commit it moved to (None:
+    nothing to finish). Leftovers of one killed before that point are removed."""
+    if journal_file(project).exists():
+        commit = json.loads(journal_file(project).read_text())["commit"]
+        log.warning("finishing an interrupted `patchset bump` to %s: its every stage had passed", commit[:12])
+        _roll_forward(project)
+        return str(commit)
+    for leftover in (_staged(project), _retired(project)):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    return None
+
+
+def _roll_forward(project: Project) -> None:
+    """Idempotent: every step checks what an earlier, killed run already did."""
+    journal = journal_file(project)
+    data = json.loads(journal.read_text())
+    staged, retired = _staged(project), _retired(project)
+    if staged.exists():
+        if project.patches_dir.exists():
+            os.replace(project.patches_dir, retired)
+        os.replace(staged, project.patches_dir)
+    atomic_write_text(project.pin_file, data["pin"])
+    if retired.exists():
+        shutil.rmtree(retired)
+    work, scratch_work = WorkRepo(project.work_repo), WorkRepo(scratch_project(project).work_repo)
+    if data.get("work") and work.exists() and scratch_work.exists():
+        ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
+        _move_work_repo(project, work, scratch_work, load_pin(project.pin_file))
+    _keep_evidence(project)
+    journal.unlink()
+
+
+def _keep_evidence(project: Project) -> None:
+    """The proofs made on the new upstream, for `patchset verify` in the project to reuse (its
+    trees are the very ones proven: the work repository now holds the scratch one's commits)."""
+    scratch = scratch_project(project)
+    for jpath in sorted(scratch.evidence_dir.glob("*/*.json")):
+        found = evidence.load(scratch.evidence_dir, f"{jpath.parent.name}.patch", jpath.stem)
+        if found is not None:
+            evidence.write(project.evidence_dir, found)
+
+
+def _move_work_repo(project: Project, work: WorkRepo, scratch_work: WorkRepo, new_pin: Pin) -> None:
+    """`patched` and `upstream` of the project's work repository where the scratch one has them,
+    as `rebase` leaves them (state, fingerprint, pin ref)."""
+    fetched = upstream.fetch(project.cache_dir, new_pin)
+    work.borrow_from(fetched.repo)
+    head = scratch_work.git.out("rev-parse", f"refs/heads/{PATCHED}")
+    new_up = scratch_work.git.out("rev-parse", f"refs/heads/{UPSTREAM}")
+    temp_ref = "refs/patchset/bump/patched"
+    work.git.run("fetch", "--quiet", "--no-tags", str(scratch_work.path), f"+{head}:{temp_ref}")
+    op = Operation("rebase", [], work.head(), work.git.current_branch(), work.git.out("rev-parse", UPSTREAM),
+                   new_pin_toml=dump_pin(new_pin), new_upstream=new_up)
+    # recorded first: a kill from here on is rolled back by the next command (which then applies)
+    work.start(op, [], head)
+    work.git.update_ref(f"refs/heads/{UPSTREAM}", new_up, f"patchset: bump onto {new_pin.commit}")
+    work.git.update_ref("refs/patchset/pin", new_up)
+    series = load_series(project.patches_dir)
+    work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": head,
+                 "upstream": new_up, "pin_commit": new_pin.commit})
+    work.git.run("update-ref", "-d", temp_ref)
+
+
+# -- the report ---------------------------------------------------------------------------------------
+def render_report(r: BumpResult, opts: BumpOptions) -> str:
+    """`.patchset/bump-<old>-<new>.md`: the rebase table, the sweep summary and the verify table."""
+    old, new = r.old_pin, r.new_pin
+    lines = [f"# patchset bump {old.tag or old.short} -> {new.tag or new.short}", "",
+             f"- from: {old.commit}" + (f" ({old.tag})" if old.tag else ""),
+             f"- onto: {new.commit}" + (f" ({new.tag})" if new.tag else ""),
+             f"- backend: {opts.backend}"]
+    if r.ok:
+        lines.append("- result: every stage passed; pin and patches/ updated")
+    else:
+        lines.append(f"- result: FAILED at {r.failed_stage} ({r.failure}); nothing in the project was changed")
+        lines.append(f"- why: {r.reason}")
+    lines += ["", "## Rebase", ""]
+    if r.rebase is None:
+        lines.append("(did not finish)" if r.failed_stage == REBASE else "(not run)")
+    else:
+        lines += ["| # | patch | outcome |", "| --- | --- | --- |"]
+        lines += [f"| {i} | {p.patch} | {p.outcome} |" for i, p in enumerate(r.rebase.patches, 1)]
+        if r.dropped:
+            lines += ["", f"Dropped as already upstream: {', '.join(r.dropped)}"]
+    lines += ["", "## Build", ""]
+    if r.build is None:
+        lines.append("(not run)" if r.failed_stage != BUILD else f"failed: {r.reason}")
+    else:
+        b = r.build
+        lines.append(f"{b.spec_backend}/{b.targets}: ok in {b.duration_s:.0f}s ({b.steps} steps)")
+    lines += ["", "## Sweep (patched against the new upstream)", ""]
+    if r.sweep is None:
+        lines.append("(not run)" if r.failed_stage != SWEEP else f"failed: {r.reason}")
+    else:
+        s = r.sweep
+        lines.append(f"backend {s.backend}, mode {s.mode}, {','.join(s.ops) if s.ops else 'all ops'}: "
+                     f"{s.compared} case(s) compared in {s.duration_s:.0f}s")
+        lines += ["", "| category | cases |", "| --- | --- |"]
+        lines += [f"| {cat} | {len(s.of(cat))} |" for cat in sweepmod.CATEGORIES]
+        for c in s.regressions[:50]:
+            lines.append(f"- regression: {c.program} {c.backend} {c.case}: {c.before} -> {c.after}")
+    lines += ["", "## Verify", ""]
+    if r.verify is None:
+        lines.append("(not run)" if r.failed_stage != VERIFY else f"failed: {r.reason}")
+    else:
+        lines += ["| patch | backend | outcome | reason |", "| --- | --- | --- | --- |"]
+        lines += [f"| {v.patch} | {v.backend} | {v.outcome} | {v.reason} |" for v in r.verify.verdicts]
+    return "\n".join(lines) + "\n"

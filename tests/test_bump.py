@@ -1,0 +1,274 @@
+"""bump: a new upstream lands only when the series rebases, builds, sweeps and proves on it.
+
+On a small tree laid out like llama.cpp (the calc library of test_cli_pipeline) with two bugs and a
+series of two fixes, each with its own test program: one new upstream per outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from helpers import Proj, Upstream, fsck_clean, git, make_project, make_upstream
+
+from builder.cli import main
+from builder.series.apply import apply
+from builder.series.rebase import rebase
+from builder.upstream.pin import load_pin
+from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
+from tests.test_faults import KILLED, Scenario, _points, consistent, kill_and_rerun, observe
+
+# apart enough that a change to one function is not in the context of a fix to the next one
+GAP = "/*\n *\n *\n */\n"
+CALC_C = ('#include "calc.h"\nint calc_add(int a, int b) { return a + b; }\n' + GAP
+          + "int calc_sub(int a, int b) { return a + b; }\n" + GAP
+          + "int calc_mul(int a, int b) { return calc_add(a, b); }\n" + GAP
+          + "int calc_one(void) { return 1; }\n")
+SUB_FIX = CALC_C.replace("calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return a - b; }")
+MUL_FIX = SUB_FIX.replace("calc_mul(int a, int b) { return calc_add(a, b); }",
+                          "calc_mul(int a, int b) { return a * b; }")
+TEST_SUB = program("SUB", "calc_sub(5, 3)", 2)
+# patch 2's test also goes through calc_one: an upstream that breaks calc_one breaks it
+TEST_MUL = program("MUL", "calc_mul(3, 3) * calc_one()", 9)
+
+
+def trailers(program_name: str) -> str:
+    return (f"\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: {program_name}\n"
+            f"Patchset-Test-Paths: tests/{program_name}.cpp\n")
+
+
+SERIES = [
+    ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc : sub subtracts" + trailers("test-sub")),
+    ({"ggml/src/calc.c": MUL_FIX, "tests/test-mul.cpp": TEST_MUL}, "calc : mul multiplies" + trailers("test-mul")),
+]
+NAMES = ["0001-calc-sub-subtracts.patch", "0002-calc-mul-multiplies.patch"]
+
+
+def make_mini(base: Path, up: Upstream, cache_dir: Path) -> Proj:
+    """The calc tree as the pin, the two-patch series, applied."""
+    header = CALC_H.replace("int calc_sub(int a, int b);\n",
+                            "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\nint calc_one(void);\n")
+    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": header, "ggml/src/calc.c": CALC_C,
+                     "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
+    proj = make_project(base, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir, patches=SERIES)
+    assert proj.series() == NAMES
+    apply(proj.project)
+    return proj
+
+
+@pytest.fixture
+def mini(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+    return make_mini(tmp_path, up, cache_dir)
+
+
+def state(proj: Proj) -> dict[str, object]:
+    """What a failed bump must leave exactly as it was: patches/, the pin, the work repository's refs."""
+    return {"patches": proj.snapshot(), "pin": proj.project.pin_file.read_bytes(),
+            "refs": proj.wgit("for-each-ref", "--format=%(refname) %(objectname)"),
+            "head": proj.wgit("symbolic-ref", "HEAD"), "status": proj.wgit("status", "--porcelain")}
+
+
+def bump(proj: Proj, onto: str) -> int:
+    return main(["--project", str(proj.root), "bump", "--onto", onto, "-j", "2", "--confirm", "0"])
+
+
+def reports(proj: Proj) -> list[Path]:
+    return sorted(proj.project.state_dir.glob("bump-*.md"))
+
+
+def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    old = load_pin(mini.project.pin_file)
+    # upstream moves on: lines above the fixes, so every patch lands on other blob ids
+    new = mini.upstream.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C, "README": "calc 2\n"}, "calc: note\n")
+    before = mini.snapshot()
+
+    assert bump(mini, new) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "patches/ updated" in out
+
+    pin = load_pin(mini.project.pin_file)
+    assert (pin.commit, pin.tree) == (new, mini.upstream.tree_of(new))
+    assert mini.series() == NAMES
+    after = mini.snapshot()
+    # rewritten on the new upstream: other line numbers and blob ids
+    assert set(after) == set(before)
+    assert all(after[n] != before[n] for n in NAMES)
+    # the work repository is where `rebase` would have left it, and nothing is left to refresh
+    assert mini.wgit("rev-parse", "upstream") == new
+    assert mini.wgit("rev-list", "--count", "upstream..patched") == "2"
+    assert mini.wgit("symbolic-ref", "HEAD") == "refs/heads/patched"
+    assert main(["--project", str(mini.root), "refresh", "--check"]) == 0
+    assert not (mini.root / ".patches.bump-new").exists() and not (mini.root / ".patches.bump-old").exists()
+    [report] = reports(mini)
+    assert report.name == f"bump-{old.tag}-{new[:7]}.md"
+    text = report.read_text()
+    assert "every stage passed" in text
+    for name in NAMES:
+        assert f"| {name} | clean |" in text or f"| {name} | 3-way |" in text
+        assert f"| {name} | cpu | proven |" in text
+    assert "case(s) compared" in text and "| newly failing | 0 |" in text
+    # its proofs are the project's now: verify finds nothing to prove again
+    capsys.readouterr()
+    assert main(["--project", str(mini.root), "verify", "--backend", "cpu", "-j", "2"]) == 0
+    assert capsys.readouterr().out.count("evidence reused") == 2
+
+
+def failing_bump(mini: Proj, capsys: pytest.CaptureFixture[str], code: int,
+                 files: dict[str, str | bytes | None], message: str) -> tuple[str, str, str]:
+    """Bump onto a new upstream commit of `files`, which must fail with exit `code` and leave pin,
+    patches/ and the work repository exactly as they were: (the commit, the output, the report)."""
+    new = mini.upstream.advance(files, message)
+    before = state(mini)
+    assert bump(mini, new) == code
+    out = capsys.readouterr().out
+    assert state(mini) == before
+    [report] = reports(mini)
+    text = report.read_text()
+    assert "nothing in the project was changed" in text
+    return new, out, text
+
+
+def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream changes calc_one, which patch 2's test relies on: the sweep sees that test fail with
+    # the series on the new upstream
+    _, out, text = failing_bump(mini, capsys, 1, {"ggml/src/calc.c": CALC_C.replace("{ return 1; }", "{ return 2; }")},
+                                "calc: one is two\n")
+    assert f"failed at sweep ({NAMES[1]})" in out and "test-mul" in out
+    assert "FAILED at sweep" in text
+    assert "| new case failing | 1 |" in text and "| newly failing | 0 |" in text
+    assert "regression: test-mul CPU MUL(want=9): None -> fail" in text
+
+
+def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream's calc_add now multiplies: calc_mul (which calls it) is right without patch 2, whose
+    # test no longer fails without it
+    _, out, text = failing_bump(mini, capsys, 4, {"ggml/src/calc.c": CALC_C.replace(
+        "calc_add(int a, int b) { return a + b; }", "calc_add(int a, int b) { return a * b; }")}, "calc: add\n")
+    assert f"failed at verify ({NAMES[1]})" in out and "passes without the fix" in out
+    assert "FAILED at verify (not proven)" in text
+    assert f"| {NAMES[0]} | cpu | proven |" in text and f"| {NAMES[1]} | cpu | not proven |" in text
+
+
+def test_a_bump_whose_tree_does_not_build_changes_nothing(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream drops calc_one, which patch 2's test program calls
+    header = (mini.upstream.src / "ggml/include/calc.h").read_text()
+    _, out, text = failing_bump(mini, capsys, 1, {
+        "ggml/include/calc.h": header.replace("int calc_one(void);\n", ""),
+        "ggml/src/calc.c": CALC_C.replace("int calc_one(void) { return 1; }\n", "")}, "calc: no one\n")
+    assert f"failed at build ({NAMES[1]})" in out and "test-mul.cpp" in out
+    assert "FAILED at build (failed)" in text and "## Sweep (patched against the new upstream)\n\n(not run)" in text
+
+
+def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    new = mini.upstream.advance({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc: fix sub\n")
+
+    assert bump(mini, new) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"dropped as already upstream: {NAMES[0]}" in out
+    assert mini.series() == ["0001-calc-mul-multiplies.patch"]
+    assert not (mini.patches / NAMES[0]).exists()
+    assert load_pin(mini.project.pin_file).commit == new
+    assert mini.wgit("rev-list", "--count", "upstream..patched") == "1"
+    text = reports(mini)[0].read_text()
+    assert f"| {NAMES[0]} | already-upstream |" in text
+    assert f"Dropped as already upstream: {NAMES[0]}" in text
+    assert "| 0001-calc-mul-multiplies.patch | cpu | proven |" in text
+
+
+def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    # upstream rewrites the line patch 1 fixes (still wrong)
+    new, out, text = failing_bump(mini, capsys, 3, {"ggml/src/calc.c": CALC_C.replace(
+        "calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return b + a; }")}, "calc: sub\n")
+    assert "failed at rebase" in out and NAMES[0] in out
+    assert f"patchset rebase --onto {new}" in out and "Nothing was changed" in out
+    assert "FAILED at rebase (conflict)" in text
+    # the project's own work repository was never in a rebase: `rebase --onto` can start there
+    assert not (mini.work / ".git" / "rebase-apply").exists()
+    assert git(mini.work, "status", "--porcelain") == ""
+
+    # what it says to do: resolve with rebase, then bump onto the same commit, which checks the
+    # rebased series (a rebase onto the pinned commit: the pin is kept as it is) and writes the report
+    assert f"then check the result with `patchset bump --onto {new}`" in out
+    assert main(["--project", str(mini.root), "rebase", "--onto", new]) == 3
+    (mini.work / "ggml/src/calc.c").write_text(CALC_C.replace("calc_sub(int a, int b) { return a + b; }",
+                                                              "calc_sub(int a, int b) { return a - b; }"))
+    mini.wgit("add", "ggml/src/calc.c")
+    assert main(["--project", str(mini.root), "rebase", "--continue"]) == 0
+    pinned, rebased = mini.project.pin_file.read_bytes(), mini.snapshot()
+    capsys.readouterr()
+    assert bump(mini, new) == 0, capsys.readouterr()
+    assert (mini.project.pin_file.read_bytes(), mini.snapshot()) == (pinned, rebased)
+    assert "every stage passed" in (mini.project.state_dir / f"bump-{new[:7]}-{new[:7]}.md").read_text()
+
+
+def bump_scenario(tmp_path: Path) -> tuple[Scenario, str]:
+    """The mini project in a fault-injection scenario, to bump onto a new upstream that passes."""
+    up = make_upstream(tmp_path)
+    s = Scenario(tmp_path, up, ())
+    make_mini(s.live, up, s.cache)
+    new = up.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
+    s.args = ("bump", "--onto", new, "-j", "2", "--confirm", "0")
+    s.save()
+    return s, new
+
+
+def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL while the work repository is moved (pin and patches/ switched already): the next
+    bump finishes the switch, and the project is what a run never killed leaves."""
+    s, new = bump_scenario(tmp_path)
+    trace = tmp_path / "trace"
+    rc, out = s.run(PATCHSET_FAULT_TRACE=str(trace))
+    assert rc == 0, out
+    reference = observe(s, rc)
+    consistent(s)
+    s.restore()
+    # the last subprocesses are the work repository's move: checkout, update-ref (x3)
+    point = len(trace.read_text().splitlines()) - 2
+    rc, out = s.run(PATCHSET_FAULT_KILL_AT=str(point))
+    assert rc == KILLED, out
+    assert load_pin(s.root / "upstream" / "llama.cpp.toml").commit == new
+    assert (s.root / ".patchset" / "bump" / "journal.json").exists()
+    rc, out = s.run()
+    assert rc == 0 and "finished the interrupted bump" in out, out
+    assert observe(s, rc) == reference
+    consistent(s)
+    assert not (s.root / ".patchset" / "bump" / "journal.json").exists()
+
+
+def test_a_pin_fetched_from_git_with_history_can_be_moved_on(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """The pin's commit has parents the cache never fetched (depth 1); a commit two further on is
+    fetched, and the work repository, which borrows the cache's objects, stays whole (fsck)."""
+    c1 = up.advance({"README": "one\n"}, "one\n")
+    proj = make_project(tmp_path, dataclasses.replace(up, commit=c1, tree=up.tree_of(c1)), cache_dir)
+    apply(proj.project)
+    up.advance({"README": "two\n"}, "two\n")
+    c3 = up.advance({"README": "three\n"}, "three\n")
+    rebase(proj.project, c3)
+    assert proj.wgit("rev-parse", "upstream") == c3
+    fsck_clean(proj.work)
+
+
+def test_bad_input_is_refused_before_anything_runs(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    before = state(mini)
+    assert bump(mini, "not-a-commit") == 2
+    assert "give a full 40-hex commit id or a pin file" in capsys.readouterr().err
+    new = mini.upstream.advance({"README": "calc 2\n"}, "README\n")
+    assert main(["--project", str(mini.root), "bump", "--onto", new, "--mode", "grad", "--workers", "4"]) == 2
+    assert "test mode only" in capsys.readouterr().err
+    assert state(mini) == before and reports(mini) == []
+    assert not (mini.project.state_dir / "bump" / "scratch").exists()
+
+
+@pytest.mark.integration
+def test_a_bump_killed_at_many_points(tmp_path: Path) -> None:
+    """Six points spread over the whole bump (every point with PATCHSET_FAULT_ALL=1): killed in a
+    stage, the project is untouched and the next bump does it all again; killed in the switch, the
+    next bump finishes it."""
+    s, _ = bump_scenario(tmp_path)
+    n = s.count_points()
+    points = _points(n)
+    assert kill_and_rerun(s, points) == len(points)

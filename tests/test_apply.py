@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ from helpers import (
 )
 
 from builder.cli import main
-from builder.errors import ConflictError, WorkTreeError
+from builder.errors import ConflictError, StateError, WorkTreeError
 from builder.gitrepo import COMMITTER
 from builder.series.apply import abort_apply, apply, continue_apply
 from builder.series.status import status
@@ -278,3 +279,24 @@ def test_a_longer_clean_series_starts_no_more_processes(up: Upstream, cache_dir:
     assert len(long.wgit("rev-list", "upstream..patched").split()) == 9
     # the whole queue goes through one `git am`: a series three times as long costs no more git processes
     assert n_long == n_short
+
+
+def test_a_state_file_of_the_first_versions_still_loads(tmp_path: Path) -> None:
+    """An operation stopped at a conflict by a first version kept some values in a bag `extra`."""
+    work = WorkRepo(tmp_path)
+    work.meta_dir.mkdir(parents=True)
+    op = {"kind": "rebase", "queue": ["0002.patch"], "pre_head": "a" * 40, "pre_branch": "patched",
+          "pre_upstream": "b" * 40, "done": [{"name": "0001.patch", "outcome": OUTCOME_CLEAN, "commit": "c" * 40}],
+          "detect_upstream": True, "extra": {"names": ["0001-x.patch", "0002-y.patch"], "fingerprint": "f",
+                                             "new_pin": {"toml": 'commit = "d"\n'}, "new_upstream": "e" * 40}}
+    work.state_file.write_text(json.dumps({"op": op}))
+    loaded = work.load_state().op
+    assert loaded is not None
+    assert (loaded.names, loaded.fingerprint, loaded.new_pin_toml, loaded.new_upstream, loaded.stopped) == (
+        ["0001-x.patch", "0002-y.patch"], "f", 'commit = "d"\n', "e" * 40, True)
+    assert loaded.named(loaded.done)[0].name == "0001-x.patch"
+
+    op["extra"] = {"no_such_value": 1}
+    work.state_file.write_text(json.dumps({"op": op}))
+    with pytest.raises(StateError, match="damaged state file"):
+        work.load_state()

@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from builder.errors import ConflictError, SourceError, StateError, WorkTreeError
@@ -80,21 +80,6 @@ class Operation:
     stopped: bool = False
     """True while the operation waits at a conflict for --continue or --abort; an operation in
     the state without it was interrupted (killed) and is rolled back."""
-    extra: InitVar[dict | None] = None
-    """Older callers' bag of values: its known keys are read into the fields above."""
-
-    def __post_init__(self, extra: dict | None) -> None:
-        for key, value in (extra or {}).items():
-            if key == "names":
-                self.names = list(value)
-            elif key == "fingerprint":
-                self.fingerprint = value
-            elif key == "new_pin":
-                self.new_pin_toml = value["toml"] if isinstance(value, dict) else value
-            elif key == "new_upstream":
-                self.new_upstream = value
-            else:
-                raise TypeError(f"Operation: unknown extra value '{key}'")
 
     def named(self, outcomes: list[PatchOutcome]) -> tuple[PatchOutcome, ...]:
         """The outcomes under the series' file names, not the queue's 0001.patch."""
@@ -207,6 +192,12 @@ class WorkRepo:
             state = State(**data)
             if op:
                 op["done"] = [PatchOutcome(**d) for d in op.get("done", [])]
+                # the first versions kept names, fingerprint, new_pin and new_upstream in a bag
+                for key, value in (op.pop("extra", None) or {}).items():
+                    if key == "new_pin":
+                        op["new_pin_toml"] = value["toml"] if isinstance(value, dict) else value
+                    else:
+                        op[key] = value
                 # a state written before `stopped` existed only ever held operations stopped at a conflict
                 op.setdefault("stopped", True)
                 state.op = Operation(**op)

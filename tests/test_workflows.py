@@ -159,7 +159,7 @@ def test_the_backend_workflows_call_patchset() -> None:
         calls.setdefault(where.split()[0], []).append(argv)
     assert ["build", "--backend", "metal"] in calls["linux-cpu.yml"]
     assert any(c[:3] == ["build", "--backend", "cuda"] for c in calls["cuda.yml"])
-    assert ["verify", "--backend", "metal", "1", "4"] in calls["metal.yml"]
+    assert any(c[:3] == ["verify", "--backend", "metal"] for c in calls["metal.yml"])
 
 
 def test_the_wheel_workflow_builds_every_backend_with_patchset_wheel() -> None:

@@ -202,13 +202,16 @@ def make_upstream(base: Path) -> Upstream:
 
 
 # -- the project ----------------------------------------------------------------------------------
-def pin_toml(up_commit: str, tree: str, sources: list[dict[str, str]]) -> str:
+def pin_toml(up_commit: str, tree: str, sources: list[dict[str, str]], *,
+             repository: str = "https://example.invalid/upstream.git", tag: str | None = "b1",
+             date: str = "2023-12-01") -> str:
+    """A pin file's text (`tag=None`: a pin without a tag)."""
     lines = [
         'name = "llama.cpp"',
-        'repository = "https://example.invalid/upstream.git"',
+        f'repository = "{repository}"',
         f'commit = "{up_commit}"',
-        'tag = "b1"',
-        'date = "2023-12-01"',
+        *([f'tag = "{tag}"'] if tag is not None else []),
+        f'date = "{date}"',
         f'tree = "{tree}"',
     ]
     for s in sources:

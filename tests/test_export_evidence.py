@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pytest
+from helpers import pin_toml
 from test_export import AUTHOR, BUG_FORM, PR_TEMPLATE
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation, program_source
 
@@ -42,8 +43,8 @@ def verified(tmp_path_factory: pytest.TempPathFactory) -> object:
     (project_dir / "upstream").mkdir(parents=True)
     (project_dir / "patches" / "mutations").mkdir(parents=True)
     (project_dir / "upstream" / "llama.cpp.toml").write_text(
-        f'name = "llama.cpp"\nrepository = "https://github.com/ggml-org/llama.cpp"\ncommit = "{pin_commit}"\n'
-        f'tree = "{pin_tree}"\ntag = "b1"\ndate = "2026-10-01"\n\n[[source]]\nkind = "git"\nurl = "file://{bare}"\n')
+        pin_toml(pin_commit, pin_tree, [{"kind": "git", "url": f"file://{bare}"}],
+                 repository="https://github.com/ggml-org/llama.cpp", date="2026-10-01"))
     write_series(project_dir / "patches", format_mails(GitRepo(src), f"{pin_commit}..HEAD"))
     (project_dir / "patches" / "mutations" / "add-multiplies.patch").write_text(bad)
     project = load_project(root=project_dir, cache_dir=tmp_path_factory.mktemp("cache"))

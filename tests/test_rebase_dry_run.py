@@ -17,6 +17,7 @@ from helpers import (
     Proj,
     make_project,
     make_upstream,
+    run_patchset,
 )
 
 from builder.cli import main
@@ -193,3 +194,25 @@ def test_the_rebase_does_what_the_dry_run_said(four: Proj) -> None:
     assert [p.outcome for p in result.report.patches][:2] == [p.outcome for p in predicted.patches][:2]
     assert result.skipped == [predicted.patches[2].patch, predicted.patches[3].patch]
     assert four.series() == ["0001-b-accept-NULL.patch"]
+
+
+def _scratch_processes(proj: Proj, onto: str, trace: Path) -> int:
+    """The git processes a `rebase --dry-run` starts in its scratch repository."""
+    env = {"PATCHSET_CACHE": str(proj.project.cache_dir), "PATCHSET_FAULT_TRACE": str(trace)}
+    r = run_patchset("--project", str(proj.root), "rebase", "--onto", onto, "--dry-run", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return sum("/scratch.git " in line for line in trace.read_text().splitlines())
+
+
+def test_a_clean_move_is_one_git_apply_whatever_the_length(proj: Proj, tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "four").mkdir()
+    patches = [*STANDARD_PATCHES, ({"tests/test-x.c": PATCH4_TEST_X_C}, PATCH4_MSG)]
+    four = make_project(tmp_path / "four", make_upstream(tmp_path / "four"), cache_dir, patches=patches)
+    counts = []
+    for p in (proj, four):
+        apply(p.project)
+        new = p.upstream.advance({"README": "moved\n"}, "readme\n")
+        counts.append(_scratch_processes(p, new, tmp_path / f"{len(p.series())}.trace"))
+        # patch 4 edits the line patch 3 adds: the one `git apply` applies each on the one before
+        assert [r.outcome for r in dry_run_rebase(p.project, new).patches] == [CLEAN] * len(p.series())
+    assert counts[0] == counts[1]

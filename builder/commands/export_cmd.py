@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.console import console
-from builder.deliver.export import ExportOptions, ExportResult, export
 from builder.deliver.layout import LAYOUTS
 from builder.errors import Outcome
 from builder.project import Project
+
+if TYPE_CHECKING:
+    from builder.deliver.export import ExportResult
 
 NAME = "export"
 HELP = ("write each patch as a pull-request package for upstream (mail, PR.md, ISSUE.md, gh commands) "
@@ -69,6 +72,9 @@ def print_result(result: ExportResult, full: bool = False) -> None:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    # imported here: the export rules (yaml, editorconfig, templates) weigh on every other command's start
+    from builder.deliver.export import ExportOptions, export  # noqa: PLC0415
+
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)
     result = export(project, opts)

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from builder.console import CliProgress, console, err_console
-from builder.deliver.wheel import BACKENDS, WheelOptions, build_wheel
+from builder.deliver import WHEEL_BACKENDS
 from builder.errors import Outcome
 from builder.project import Project
 
@@ -13,7 +13,8 @@ HELP = "build llama-cpp-python on the committed patched tree, with its provenanc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu, cuda or metal (CMAKE_ARGS -DGGML_<X>=ON)")
+    p.add_argument("--backend", choices=WHEEL_BACKENDS, default="cpu",
+                   help="cpu, cuda or metal (CMAKE_ARGS -DGGML_<X>=ON)")
     p.add_argument("--out", type=Path, help="output folder for the wheel and its provenance (default: dist/)")
     p.add_argument("--sdist", metavar="FILE|REQUIREMENT",
                    help="bindings sdist to build instead of the pin's sdist source (needs --sdist-sha256)")
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    # imported here: the wheel builder (packaging, tarfile, zipfile) weighs on every other command's start
+    from builder.deliver.wheel import WheelOptions, build_wheel  # noqa: PLC0415
+
     options = WheelOptions(
         backend=args.backend, out_dir=args.out.resolve() if args.out else None, sdist=args.sdist,
         sdist_sha256=args.sdist_sha256, strict=args.strict, jobs=args.jobs, no_mtmd=args.no_mtmd,

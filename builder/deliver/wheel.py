@@ -38,6 +38,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from builder import proc
 from builder.build.cmakebuild import first_error, profile
 from builder.build.toolchain import CcacheStats, ccache_stats, find_ccache, find_tool
+from builder.deliver import WHEEL_BACKENDS
 from builder.deliver import drift as driftmod
 from builder.deliver.provenance import Bindings, description_section, local_label, patch_records, provenance
 from builder.errors import BuildError, DriftError, InputError, WorkTreeError
@@ -53,7 +54,7 @@ from builder.upstream.pin import Pin, SdistSource, load_pin
 PACKAGE = "llama_cpp"
 """The bindings' import package; the provenance goes into it."""
 MODULE_TEMPLATE = Path(__file__).with_name("llama_cpp_patchset.py")
-BACKENDS = ("cpu", "cuda", "metal")
+BACKENDS = WHEEL_BACKENDS
 _VERSION_LINE = re.compile(r"""^(__version__\s*=\s*)(["'])([^"']+)\2""", re.M)
 _WHEEL_MARK = "PATCHSET-WHEEL:"
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s(.*)$")

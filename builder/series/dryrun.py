@@ -104,6 +104,13 @@ class _Scratch:
     def applies(self, tree: str, mail: Path, *flags: str) -> bool:
         return self.apply(tree, mail, "--check", *flags)[0]
 
+    def applies_all(self, tree: str, mails: list[Path]) -> bool:
+        """Do the mails apply on `tree` in order, each as is? One `git apply` of them all: it
+        applies each patch on the result of those before it, all or nothing (not with `--check`,
+        which tries each on `tree` alone)."""
+        self.git.run("read-tree", tree, env=self.env)
+        return self.git.run("apply", "--cached", *map(str, mails), env=self.env, check=False).returncode == 0
+
     def stack(self, base: str, mails: list[Path]) -> str:
         """`base` with each mail applied in order (3-way where a plain apply fails); one that does
         not apply at all is left out."""
@@ -202,6 +209,11 @@ def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
         sc = _Scratch(root, [old.repo / "objects", new.repo / "objects"])
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
+        # most moves: the whole series applies as is on the new base (and so on its own): every
+        # patch is clean, found in one `git apply` instead of several processes a patch
+        if mails and sc.applies_all(new.tree, mails) and (old.tree == new.tree or sc.applies_all(old.tree, mails)):
+            return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True,
+                                tuple(PatchReport(name, CLEAN) for name in names))
         # the series on its own base first: every patch must apply there, and applying writes the
         # intermediate blobs that the 3-way merges on the new base need (the patches name them)
         tree = old.tree

@@ -1,7 +1,9 @@
 """The work repository: branch `upstream` at the pin, branch `patched` = upstream + one commit per patch.
 
-Patches are applied by `git am` one at a time (a small sequencer of ours on top), so that a
-conflict stops at a known patch, can be resolved in the work tree, and continued or aborted.
+Patches are applied by `git am` (a small sequencer of ours on top): the queue in one `git am`
+process while it applies clean, and the patch that stops it in a `git am` of its own (3-way,
+"already upstream"), so that a conflict stops at a known patch, can be resolved in the work tree,
+and continued or aborted.
 Bookkeeping lives in `<git dir>/patchset/state.json`; uncommitted work and commits not yet
 written back to `patches/` are never thrown away.
 
@@ -22,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from builder.errors import ConflictError, SourceError, StateError, WorkTreeError
@@ -43,6 +45,9 @@ OUTCOME_3WAY = "applied by 3-way merge"
 OUTCOME_RESOLVED = "conflict resolved by hand"
 OUTCOME_UPSTREAM = "already upstream (dropped)"
 OUTCOME_SKIPPED = "skipped (dropped with --skip)"
+
+AM_BATCH_MAX = 1000
+"""Mails per `git am` process: the queue's paths stay well inside the command line's limit."""
 
 
 @dataclass
@@ -75,21 +80,6 @@ class Operation:
     stopped: bool = False
     """True while the operation waits at a conflict for --continue or --abort; an operation in
     the state without it was interrupted (killed) and is rolled back."""
-    extra: InitVar[dict | None] = None
-    """Older callers' bag of values: its known keys are read into the fields above."""
-
-    def __post_init__(self, extra: dict | None) -> None:
-        for key, value in (extra or {}).items():
-            if key == "names":
-                self.names = list(value)
-            elif key == "fingerprint":
-                self.fingerprint = value
-            elif key == "new_pin":
-                self.new_pin_toml = value["toml"] if isinstance(value, dict) else value
-            elif key == "new_upstream":
-                self.new_upstream = value
-            else:
-                raise TypeError(f"Operation: unknown extra value '{key}'")
 
     def named(self, outcomes: list[PatchOutcome]) -> tuple[PatchOutcome, ...]:
         """The outcomes under the series' file names, not the queue's 0001.patch."""
@@ -202,6 +192,12 @@ class WorkRepo:
             state = State(**data)
             if op:
                 op["done"] = [PatchOutcome(**d) for d in op.get("done", [])]
+                # the first versions kept names, fingerprint, new_pin and new_upstream in a bag
+                for key, value in (op.pop("extra", None) or {}).items():
+                    if key == "new_pin":
+                        op["new_pin_toml"] = value["toml"] if isinstance(value, dict) else value
+                    else:
+                        op[key] = value
                 # a state written before `stopped` existed only ever held operations stopped at a conflict
                 op.setdefault("stopped", True)
                 state.op = Operation(**op)
@@ -357,7 +353,14 @@ class WorkRepo:
         if op is None:
             raise WorkTreeError(f"{self.path}: nothing to continue")
         total = len(op.done) + len(op.queue)
+        batch = True
         while op.queue:
+            if batch:
+                batch = self._am_batch(state)
+                if not op.queue:
+                    break
+            # the patch the batch stopped at (or every patch, once batching is off): one `git am`
+            # of its own, with the 3-way fallback and the checks for "already upstream"
             name = op.queue[0]
             mail = self.queue_dir / name
             outcome = self._apply_one(mail, op.detect_upstream)
@@ -372,6 +375,49 @@ class WorkRepo:
             op.queue.pop(0)
             self.save_state(state)
         return op.done
+
+    def _am_batch(self, state: State) -> bool:
+        """Apply the longest prefix of the queue that applies clean, in one `git am` process.
+
+        The commits are the ones one `git am` per mail makes (same flags, same mails). Where the
+        batch stops is read from git's state (`rebase-apply/next` and `last`), not its messages;
+        the batch is then ended with `git am --quit` (a failed apply leaves the index and work
+        tree as they were: HEAD is the last mail applied), and the stopped mail is left at the
+        head of the queue for the one-mail path. Returns False when the batch's commits cannot
+        be matched one to one with its mails (a file holding more than one mail): then the batch
+        is undone and every mail goes through the one-mail path, as before batching existed.
+        """
+        op = state.op
+        assert op is not None
+        names = op.queue[:AM_BATCH_MAX]
+        start = self.git.out("rev-parse", "HEAD")
+        rc, _ = self._am(*(str(self.queue_dir.relative_to(self.path) / n) for n in names))
+        stopped = self.in_am()
+        if rc == 0 and not stopped:
+            expected = len(names)
+        elif stopped:
+            expected = self._am_position("next") - 1 if self._am_position("last") == len(names) else -1
+            self.git.run("am", "--quit")
+        else:
+            expected = -1
+        commits = self.git.commits(f"{start}..HEAD")
+        if len(commits) != expected:
+            log.debug("git am of %d mails made %d commits (expected %d): one mail at a time instead",
+                      len(names), len(commits), expected)
+            self.git.run("reset", "--quiet", "--hard", start)
+            return False
+        for name, commit in zip(names, commits, strict=False):
+            op.done.append(PatchOutcome(name, OUTCOME_CLEAN, commit))
+        del op.queue[:len(commits)]
+        self.save_state(state)
+        return True
+
+    def _am_position(self, name: str) -> int:
+        """A number `git am` keeps in `rebase-apply/` (`next`: the mail it is at; `last`: how many), or -1."""
+        try:
+            return int((self.path / ".git" / "rebase-apply" / name).read_text().strip())
+        except (OSError, ValueError):
+            return -1
 
     def _am(self, *args: str) -> tuple[int, str]:
         r = self.git.run("am", "--keep", "--committer-date-is-author-date", "--quiet", *args,
@@ -389,9 +435,11 @@ class WorkRepo:
             self.git.run("am", "--abort", check=False)
         if detect_upstream and self.git.run("apply", "--check", "--reverse", str(mail), check=False).returncode == 0:
             return OUTCOME_UPSTREAM
+        head = self.git.out("rev-parse", "HEAD")
         rc, out = self._am("--3way", str(mail))
         if rc == 0:
-            return OUTCOME_3WAY
+            # a merge that changes nothing is no commit: am says "already applied" and goes on
+            return OUTCOME_3WAY if self.git.out("rev-parse", "HEAD") != head else OUTCOME_UPSTREAM
         if self._am_changes_nothing():
             self.git.run("am", "--skip", check=False)
             return OUTCOME_UPSTREAM

@@ -196,6 +196,29 @@ static void test_cpy_out_of_bounds() {
     report("CPY_MODEL", "kernel=kernel_cpy_f32_f32,grid=1x1x1,threads=8x1x1,dst=4", ok, "expected 4 writes and 4 out-of-bounds accesses");
 }
 
+// add arguments for [ne0, ne1, 1, 1] rows: src0 and dst with row stride nb1 bytes, dst at byte offset offs, src1
+// with row stride nb11 bytes; with a second fused addend at byte offset o1_1 of src1 when it is not 0
+static ggml_metal_kargs_bin bin_args(int64_t ne0, int64_t ne1, uint64_t nb1, uint64_t nb11, uint64_t offs, uint64_t o1_1) {
+    ggml_metal_kargs_bin args = {
+        /*.ne00 =*/ (int32_t) ne0, /*.ne01 =*/ (int32_t) ne1, /*.ne02 =*/ 1, /*.ne03 =*/ 1,
+        /*.nb00 =*/ 4, /*.nb01 =*/ nb1, /*.nb02 =*/ nb1*ne1, /*.nb03 =*/ nb1*ne1,
+        /*.ne10 =*/ (int32_t) ne0, /*.ne11 =*/ (int32_t) ne1, /*.ne12 =*/ 1, /*.ne13 =*/ 1,
+        /*.nb10 =*/ 4, /*.nb11 =*/ nb11, /*.nb12 =*/ nb11*ne1, /*.nb13 =*/ nb11*ne1,
+        /*.ne0  =*/ (int32_t) ne0, /*.ne1  =*/ (int32_t) ne1, /*.ne2  =*/ 1, /*.ne3  =*/ 1,
+        /*.nb0  =*/ 4, /*.nb1  =*/ nb1, /*.nb2  =*/ nb1*ne1, /*.nb3  =*/ nb1*ne1,
+        /*.offs =*/ offs,
+        /*.o1   =*/ { 0, o1_1 },
+    };
+    return args;
+}
+
+// the function constants of kernel_bin_fuse: op add, n_fuse fused src1, no row or column broadcast
+static replay_fc bin_fc(int n_fuse) {
+    replay_fc fc;
+    fc.values = { { FC_BIN + 0, 0 }, { FC_BIN + 1, n_fuse }, { FC_BIN + 2, 0 }, { FC_BIN + 3, 0 } };
+    return fc;
+}
+
 // the add of ACC: src1 [5, 2] added into a view of dst with row stride pnb1 = 8 floats at offset 2 floats; a
 // threadgroup of 4 threads loops over the 5-wide row
 static void test_bin_add_acc_view() {
@@ -217,22 +240,10 @@ static void test_bin_add_acc_view() {
     bufs[2] = { (char *) src1.data(), src1.size()*4 };
     bufs[3] = { (char *) dst.data(),  dst.size()*4 };
 
-    ggml_metal_kargs_bin args = {
-        /*.ne00 =*/ (int32_t) ne10, /*.ne01 =*/ (int32_t) ne11, /*.ne02 =*/ 1, /*.ne03 =*/ 1,
-        /*.nb00 =*/ 4, /*.nb01 =*/ pnb1, /*.nb02 =*/ pnb1*ne11, /*.nb03 =*/ pnb1*ne11,
-        /*.ne10 =*/ (int32_t) ne10, /*.ne11 =*/ (int32_t) ne11, /*.ne12 =*/ 1, /*.ne13 =*/ 1,
-        /*.nb10 =*/ 4, /*.nb11 =*/ 4*ne10, /*.nb12 =*/ 4*ne10*ne11, /*.nb13 =*/ 4*ne10*ne11,
-        /*.ne0  =*/ (int32_t) ne10, /*.ne1  =*/ (int32_t) ne11, /*.ne2  =*/ 1, /*.ne3  =*/ 1,
-        /*.nb0  =*/ 4, /*.nb1  =*/ pnb1, /*.nb2  =*/ pnb1*ne11, /*.nb3  =*/ pnb1*ne11,
-        /*.offs =*/ offs,
-        /*.o1   =*/ { 0 },
-    };
-
-    replay_fc fc;
-    fc.values = { { FC_BIN + 0, 0 }, { FC_BIN + 1, 1 }, { FC_BIN + 2, 0 } };
+    const ggml_metal_kargs_bin args = bin_args(ne10, ne11, pnb1, 4*ne10, offs, 0);
 
     replay_effect eff;
-    const bool ran = run("kernel_bin_fuse_f32_f32_f32", &args, sizeof(args), bufs, fc, grid_of(2, 1, 1, 4, 1, 1), eff);
+    const bool ran = run("kernel_bin_fuse_f32_f32_f32", &args, sizeof(args), bufs, bin_fc(1), grid_of(2, 1, 1, 4, 1, 1), eff);
 
     // by hand: rows start at floats 2 and 10; dst[2 + c] = 2 + c + 100*(c + 1), dst[10 + c] = 10 + c + 100*(c + 6)
     const float expect[16] = {
@@ -258,22 +269,10 @@ static void test_bin_add_chain_float4() {
     bufs[3] = { (char *) dst.data(),  dst.size()*4 };
 
     // ne00 = ne10 = ne0 = 8/4 float4 elements, one row
-    ggml_metal_kargs_bin args = {
-        /*.ne00 =*/ 2, /*.ne01 =*/ 1, /*.ne02 =*/ 1, /*.ne03 =*/ 1,
-        /*.nb00 =*/ 4, /*.nb01 =*/ 32, /*.nb02 =*/ 32, /*.nb03 =*/ 32,
-        /*.ne10 =*/ 2, /*.ne11 =*/ 1, /*.ne12 =*/ 1, /*.ne13 =*/ 1,
-        /*.nb10 =*/ 4, /*.nb11 =*/ 32, /*.nb12 =*/ 32, /*.nb13 =*/ 32,
-        /*.ne0  =*/ 2, /*.ne1  =*/ 1, /*.ne2  =*/ 1, /*.ne3  =*/ 1,
-        /*.nb0  =*/ 4, /*.nb1  =*/ 32, /*.nb2  =*/ 32, /*.nb3  =*/ 32,
-        /*.offs =*/ 0,
-        /*.o1   =*/ { 0, 32 },
-    };
-
-    replay_fc fc;
-    fc.values = { { FC_BIN + 0, 0 }, { FC_BIN + 1, 2 }, { FC_BIN + 2, 0 }, { FC_BIN + 3, 0 } };
+    const ggml_metal_kargs_bin args = bin_args(2, 1, 32, 32, 0, 32);
 
     replay_effect eff;
-    const bool ran = run("kernel_bin_fuse_f32_f32_f32_4", &args, sizeof(args), bufs, fc, grid_of(1, 1, 1, 1, 1, 1), eff);
+    const bool ran = run("kernel_bin_fuse_f32_f32_f32_4", &args, sizeof(args), bufs, bin_fc(2), grid_of(1, 1, 1, 1, 1, 1), eff);
 
     // by hand: dst[k] = k + 10*k + 100
     bool ok = ran && eff.n_writes == 2;

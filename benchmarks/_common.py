@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,15 @@ from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+
+
+def cpu_now() -> float:
+    """CPU seconds (user + system) of this process and of the children it has waited for."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
 
 
 def timed(fn: Callable[[], T]) -> tuple[float, T]:

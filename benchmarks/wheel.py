@@ -10,6 +10,10 @@ number of jobs and the same Python environment (pip without build isolation, so 
 a download of its build tools). Targets on 2 cores: cold no slower than pip wheel; the rebuild at
 least 3x faster than cold.
 
+Each row gives the wall time and the CPU time of the processes it ran (user + system of the
+children): on a machine that other work shares, the load can change between the rows and move the
+wall-time ratio; the CPU-time ratio compares the work itself.
+
 Usage: python benchmarks/wheel.py [--cache DIR] [--jobs N] [--with-mtmd]
 """
 
@@ -23,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, patchset, row, scratch_project, tempdir
+from _common import ROOT, cpu_now, patchset, row, scratch_project, tempdir
 
 sys.path.insert(0, str(ROOT))
 
@@ -76,26 +80,34 @@ def main() -> None:
         flags = ["-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"] + ([] if args.with_mtmd else ["-DLLAVA_BUILD=OFF"])
         env = {**os.environ, "CCACHE_DISABLE": "1", "CMAKE_BUILD_PARALLEL_LEVEL": str(args.jobs),
                "CMAKE_ARGS": " ".join(flags), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), cpu_now()
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir",
                         "-w", str(base / "pip-dist"), str(sdist)], check=True, env=env,
                        stdout=subprocess.DEVNULL)
-        t_pip = time.perf_counter() - start
+        t_pip, c_pip = time.perf_counter() - start, cpu_now() - cpu0
+        print(row("pip wheel of the unmodified sdist, cold", t_pip, f"cpu {c_pip:.0f} s"), flush=True)
 
         wheel_args = ["wheel", "--no-ccache", "-j", str(args.jobs), "--out", str(base / "dist")]
         if not args.with_mtmd:
             wheel_args.append("--no-mtmd")
         env_ps = {"CCACHE_DISABLE": "1"}
+        cpu0 = cpu_now()
         t_cold = patchset(root, *wheel_args, env=env_ps)
+        c_cold = cpu_now() - cpu0
+        print(row("patchset wheel, cold", t_cold, f"cpu {c_cold:.0f} s"), flush=True)
         changed = change_one_patch(root, project.work_repo, args.change)
+        cpu0 = cpu_now()
         t_re = patchset(root, *wheel_args, env=env_ps)
+        c_re = cpu_now() - cpu0
 
         print(f"llama-cpp-python wheel on the real pin, {args.jobs} jobs, no ccache, "
               f"{'with' if args.with_mtmd else 'without'} mtmd; flags: {' '.join(flags)}")
-        print(row("pip wheel of the unmodified sdist, cold", t_pip))
-        print(row("patchset wheel, cold", t_cold, f"patchset/pip = {t_cold / t_pip:.2f}   (target <= 1.0)"))
+        print(row("pip wheel of the unmodified sdist, cold", t_pip, f"cpu {c_pip:.0f} s"))
+        print(row("patchset wheel, cold", t_cold, f"cpu {c_cold:.0f} s; patchset/pip = {t_cold / t_pip:.2f} wall, "
+                  f"{c_cold / c_pip:.2f} cpu   (target <= 1.0)"))
         print(row(f"patchset wheel after changing {changed[:22]}", t_re,
-                  f"cold/rebuild = {t_cold / t_re:.1f}x   (target >= 3x)"))
+                  f"cpu {c_re:.0f} s; cold/rebuild = {t_cold / t_re:.1f}x wall, {c_cold / max(c_re, 0.01):.1f}x cpu"
+                  "   (target >= 3x)"))
         print(f"(the patch changed {args.change}; see the build log in the state folder for what was compiled)")
     finally:
         shutil.rmtree(base, ignore_errors=True)

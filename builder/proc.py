@@ -10,7 +10,8 @@ its output never waits past the limit.
 Fault injection (for the test suite, off unless set): `PATCHSET_FAULT_KILL_AT=N` kills this
 process with SIGKILL just before it would start its Nth subprocess; `PATCHSET_FAULT_PAUSE_AT=N`
 with `PATCHSET_FAULT_PAUSE_FILE=F` creates F there and waits until F is removed;
-`PATCHSET_FAULT_TRACE=F` appends one line per subprocess to F (how many points there are).
+`PATCHSET_FAULT_TRACE=F` appends one line per subprocess to F (how many points there are; the line
+ends with git's subcommand in brackets).
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ _spawned = [0]
 _spawn_lock = threading.Lock()
 
 
+def _subcommand(argv: tuple[str, ...]) -> str:
+    """The first word after the program's options (git's subcommand), for the trace."""
+    rest = iter(argv[1:])
+    for a in rest:
+        if a in ("-c", "-C"):
+            next(rest, None)
+        elif not a.startswith("-"):
+            return a
+    return ""
+
+
 def _before_spawn(argv: tuple[str, ...]) -> None:
     """Count the subprocess and apply the fault-injection hooks (see the module docstring)."""
     with _spawn_lock:
@@ -76,7 +88,7 @@ def _before_spawn(argv: tuple[str, ...]) -> None:
         n = _spawned[0]
     if trace := os.environ.get("PATCHSET_FAULT_TRACE"):
         with open(trace, "a", encoding="utf-8") as fh:
-            fh.write(f"{os.getpid()} {n} {' '.join(argv[:6])}\n")
+            fh.write(f"{os.getpid()} {n} {' '.join(argv[:6])} [{_subcommand(argv)}]\n")
     if os.environ.get("PATCHSET_FAULT_KILL_AT") == str(n):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("PATCHSET_FAULT_PAUSE_AT") == str(n):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from helpers import PATCH2_B_C, STANDARD_NAMES, Proj
 
 from builder.cli import main
-from builder.errors import WorkTreeError
+from builder.errors import SeriesError, WorkTreeError
 from builder.series.apply import apply
 from builder.series.model import load_series
 from builder.series.refresh import refresh
@@ -164,3 +165,37 @@ def test_refresh_writes_over_its_own_files_after_an_amend(proj: Proj) -> None:
     # and a hand edit to a file refresh leaves as it is costs nothing either
     (proj.patches / "mutations" / "0002-b-null.patch").write_text("edited\n")
     assert _changes(refresh(proj.project)) == dict.fromkeys(STANDARD_NAMES, "unchanged")
+
+
+def _format_patch_runs(proj: Proj, trace: Path) -> int:
+    os.environ["PATCHSET_FAULT_TRACE"] = str(trace)
+    try:
+        refresh(proj.project)
+    finally:
+        del os.environ["PATCHSET_FAULT_TRACE"]
+    return sum(line.endswith("[format-patch]") for line in trace.read_text().splitlines()) if trace.exists() else 0
+
+
+def test_refresh_with_nothing_changed_formats_nothing(proj: Proj, tmp_path: Path) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    assert _format_patch_runs(proj, tmp_path / "noop.trace") == 0
+    assert proj.snapshot() == before
+    assert _changes(refresh(proj.project)) == dict.fromkeys(STANDARD_NAMES, "unchanged")
+
+
+def test_refresh_does_not_skip_a_missing_patch_file_or_an_amended_commit(proj: Proj, tmp_path: Path) -> None:
+    apply(proj.project)
+    before = proj.snapshot()
+    # a patch file removed by hand: the short cut must not hide it (refresh names it, as before)
+    gone = (proj.patches / STANDARD_NAMES[0]).read_bytes()
+    (proj.patches / STANDARD_NAMES[0]).unlink()
+    with pytest.raises(SeriesError, match=STANDARD_NAMES[0]):
+        refresh(proj.project)
+    (proj.patches / STANDARD_NAMES[0]).write_bytes(gone)
+    assert proj.snapshot() == before
+    # a commit amended on patched: the head is not the one the files were written for
+    (proj.work / "tests" / "test-x.c").write_text((proj.work / "tests" / "test-x.c").read_text() + "/* more */\n")
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    assert _format_patch_runs(proj, tmp_path / "amend.trace") == 1
+    assert proj.snapshot() != before

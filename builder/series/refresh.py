@@ -180,6 +180,26 @@ def _save_edits(project: Project, names: list[str]) -> Path:
     return dest
 
 
+def _unchanged_since_last_write(project: Project, work: WorkRepo, state: State) -> bool:
+    """True when patches/ is exactly what the last apply or refresh wrote for the commits that
+    `upstream..patched` still names: format-patch would then give the same bytes (refresh is
+    byte-stable), so there is nothing to write. `refresh --check` always formats."""
+    return bool(
+        state.applied_head and state.fingerprint and state.digests_fingerprint == state.fingerprint
+        and work.head() == state.applied_head
+        and work.git.rev(f"refs/heads/{UPSTREAM}") == state.upstream
+        and state.patch_digests == patch_digests(project.patches_dir)
+    )
+
+
+def _dirty_warning(work: WorkRepo) -> list[str]:
+    dirty = work.git.is_dirty()
+    if not dirty:
+        return []
+    return [f"{len(dirty)} uncommitted change(s) in {work.path} are not in patches/: commit them on "
+            f"'{PATCHED}' and refresh again"]
+
+
 def refresh(project: Project, *, force: bool = False) -> RefreshResult:
     """Write the commits of upstream..patched back as patches/ and the series file.
 
@@ -192,10 +212,13 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
             raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
         ensure_no_op(work)
         ensure_objects(project, work)
+        state = work.load_state()
+        if _unchanged_since_last_write(project, work, state):
+            entries, _ = read_series_file(project.patches_dir / "series")
+            return RefreshResult(tuple(FileChange(e.name, "unchanged") for e in entries), tuple(_dirty_warning(work)))
         mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
-        state = work.load_state()
         current_fp = fingerprint(pin, fetched.tree if fetched else pin.tree, load_series(project.patches_dir))
         edited = hand_edits(project.patches_dir, mails, state, current_fp)
         backup = None
@@ -207,11 +230,7 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         if edited:
             backup = _save_edits(project, edited)
         changes = write_series(project.patches_dir, mails)
-        warnings = []
-        dirty = work.git.is_dirty()
-        if dirty:
-            warnings.append(f"{len(dirty)} uncommitted change(s) in {work.path} are not in patches/: commit them "
-                            "on 'patched' and refresh again")
+        warnings = _dirty_warning(work)
         series = load_series(project.patches_dir)
         fp = fingerprint(pin, fetched.tree if fetched else pin.tree, series)
         work.finish({"fingerprint": fp, "applied_head": work.head() or "",

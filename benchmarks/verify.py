@@ -34,12 +34,14 @@ sys.path.insert(0, str(ROOT))
 from builder.build import testrun
 from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
-from builder.prove.verify import _invocation, available_backends, verify
+from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, _invocation, available_backends, verify
 from builder.series.model import load_series
 
 
-def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: bool) -> None:
-    """Every tree exported to a new folder and built from nothing, then its tests run."""
+def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: bool,
+          timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> None:
+    """Every tree exported to a new folder and built from nothing, then its tests run (each test
+    program stopped after `timeout`, as verify stops it)."""
     for i, (label, commit, tests) in enumerate(trees):
         src = base / f"naive-{i}"
         src.mkdir()
@@ -52,7 +54,8 @@ def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: boo
                             build_targets=() if standard else programs))
         if r.ok:
             for t in tests:
-                testrun.run_program(r.bin_dir, _invocation(t, "cpu"), base / f"naive-{i}-{t.program}.log")
+                testrun.run_program(r.bin_dir, _invocation(t, "cpu"), base / f"naive-{i}-{t.program}.log",
+                                    timeout=timeout)
         print(f"  naive {label}: build {'ok' if r.ok else 'failed (as expected for a build-fails proof)'}"
               f" in {r.duration_s:.1f}s", flush=True)
         shutil.rmtree(src)
@@ -82,7 +85,8 @@ def hunks_row(project, base: Path, sample: int | None, evidence_out: Path | None
         chosen = [trees[int(i * step)] for i in range(sample)]
     os.environ["CCACHE_DISABLE"] = "1"
     cpu0 = cpu_now()
-    t_naive, _ = timed(lambda: naive(project, chosen, base, standard=False))
+    # a reverted tree's test can hang (a loop that never ends): stopped as verify --hunks stops it
+    t_naive, _ = timed(lambda: naive(project, chosen, base, standard=False, timeout=HUNK_TEST_TIMEOUT_MIN_S))
     c_naive = (cpu_now() - cpu0) * len(trees) / len(chosen)
     os.environ.pop("CCACHE_DISABLE")
     scaled = t_naive * len(trees) / len(chosen)

@@ -10,9 +10,10 @@ from helpers import PATCH2_B_C, STANDARD_NAMES, Proj
 
 from builder.cli import main
 from builder.errors import SeriesError, WorkTreeError
+from builder.series import refresh as refresh_mod
 from builder.series.apply import apply
 from builder.series.model import load_series
-from builder.series.refresh import refresh
+from builder.series.refresh import check_current, refresh
 
 
 def _no_temp_files(patches: Path) -> None:
@@ -176,12 +177,30 @@ def _format_patch_runs(proj: Proj, trace: Path) -> int:
     return sum(line.endswith("[format-patch]") for line in trace.read_text().splitlines()) if trace.exists() else 0
 
 
-def test_refresh_with_nothing_changed_formats_nothing(proj: Proj, tmp_path: Path) -> None:
+def test_refresh_formats_only_the_commits_that_changed(proj: Proj, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     apply(proj.project)
     before = proj.snapshot()
-    assert _format_patch_runs(proj, tmp_path / "noop.trace") == 0
+    # right after apply nothing says that the files are what format-patch gives: format them all
+    assert _format_patch_runs(proj, tmp_path / "first.trace") == 1
     assert proj.snapshot() == before
+    # nothing changed since that refresh: nothing to format
+    assert _format_patch_runs(proj, tmp_path / "noop.trace") == 0
     assert _changes(refresh(proj.project)) == dict.fromkeys(STANDARD_NAMES, "unchanged")
+    # the middle commit amended (the later one is replayed): only those two are formatted, and the
+    # files are what a full format-patch gives
+    proj.wgit("checkout", "--quiet", "HEAD~1")
+    (proj.work / "tests" / "test-x.c").write_text((proj.work / "tests" / "test-x.c").read_text() + "/* mid */\n")
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    proj.wgit("cherry-pick", "patched")
+    proj.wgit("checkout", "--quiet", "-B", "patched")
+    asked: list[tuple[str, ...]] = []
+    real = refresh_mod.format_mails
+    monkeypatch.setattr(refresh_mod, "format_mails", lambda git, *revs: asked.append(revs) or real(git, *revs))
+    changes = _changes(refresh(proj.project))
+    assert len(asked) == 1 and asked[0][0] == "--start-number=2"  # patches 2 and 3, not 1
+    assert changes[STANDARD_NAMES[0]] == "unchanged" and changes[STANDARD_NAMES[1]] == "updated"
+    assert check_current(proj.project) == ()  # byte for byte what a format-patch of the range gives
 
 
 def test_refresh_does_not_skip_a_missing_patch_file_or_an_amended_commit(proj: Proj, tmp_path: Path) -> None:

@@ -180,16 +180,29 @@ def _save_edits(project: Project, names: list[str]) -> Path:
     return dest
 
 
-def _unchanged_since_last_write(project: Project, work: WorkRepo, state: State) -> bool:
-    """True when patches/ is exactly what the last apply or refresh wrote for the commits that
-    `upstream..patched` still names: format-patch would then give the same bytes (refresh is
-    byte-stable), so there is nothing to write. `refresh --check` always formats."""
-    return bool(
-        state.applied_head and state.fingerprint and state.digests_fingerprint == state.fingerprint
-        and work.head() == state.applied_head
-        and work.git.rev(f"refs/heads/{UPSTREAM}") == state.upstream
-        and state.patch_digests == patch_digests(project.patches_dir)
-    )
+def _format_key(git: GitRepo) -> str:
+    version = git.run("--version", env=ISOLATED).stdout.strip()
+    return hashlib.sha256("\0".join((version, *FORMAT_PATCH_FLAGS)).encode()).hexdigest()
+
+
+def _mails(patches_dir: Path, git: GitRepo, commits: list[str], state: State, key: str) -> list[tuple[str, bytes]]:
+    """The mails of `commits`, as format_mails gives them: the leading ones that the last refresh
+    formatted from the same commits and whose files still hold exactly those bytes are read back
+    from patches/; the rest are formatted (one format-patch from the first changed commit on). A
+    commit id names its whole content and history, so the same commit formats to the same bytes."""
+    reused: list[tuple[str, bytes]] = []
+    if state.formatted_key == key:
+        for commit, (done_commit, name, sha) in zip(commits, state.formatted, strict=False):
+            f = patches_dir / name
+            data = f.read_bytes() if commit == done_commit and f.is_file() else None
+            if data is None or hashlib.sha256(data).hexdigest() != sha:
+                break
+            reused.append((name, data))
+    k = len(reused)
+    if k == len(commits):
+        return reused
+    start = f"{commits[k - 1]}..{PATCHED}" if k else f"{UPSTREAM}..{PATCHED}"
+    return reused + format_mails(git, f"--start-number={k + 1}", start)
 
 
 def _dirty_warning(work: WorkRepo) -> list[str]:
@@ -213,10 +226,9 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         ensure_no_op(work)
         ensure_objects(project, work)
         state = work.load_state()
-        if _unchanged_since_last_write(project, work, state):
-            entries, _ = read_series_file(project.patches_dir / "series")
-            return RefreshResult(tuple(FileChange(e.name, "unchanged") for e in entries), tuple(_dirty_warning(work)))
-        mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
+        key = _format_key(work.git)
+        commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
+        mails = _mails(project.patches_dir, work.git, commits, state, key)
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
         current_fp = fingerprint(pin, fetched.tree if fetched else pin.tree, load_series(project.patches_dir))
@@ -233,6 +245,11 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         warnings = _dirty_warning(work)
         series = load_series(project.patches_dir)
         fp = fingerprint(pin, fetched.tree if fetched else pin.tree, series)
+        digests = patch_digests(project.patches_dir)
+        # a merge on patched formats to no mail: then nothing is recorded, the next refresh formats all
+        formatted = ([[c, name, digests.get(name, "")] for c, (name, _) in zip(commits, mails, strict=True)]
+                     if len(commits) == len(mails) else [])
         work.finish({"fingerprint": fp, "applied_head": work.head() or "",
-                     "patch_digests": patch_digests(project.patches_dir), "digests_fingerprint": fp})
+                     "patch_digests": digests, "digests_fingerprint": fp,
+                     "formatted": formatted, "formatted_key": key})
         return RefreshResult(tuple(changes), tuple(warnings), backup)

@@ -104,6 +104,11 @@ class State:
     """sha256 of each file of patches/ (and of `series`) as the last apply or refresh left them."""
     digests_fingerprint: str = ""
     """The fingerprint those digests belong to; another fingerprint makes them stale."""
+    formatted: list[list[str]] = field(default_factory=list)
+    """What the last refresh formatted, in series order: [commit, patch file name, sha256 of the
+    file it wrote]. A later refresh reuses a file whose commit and bytes are still these."""
+    formatted_key: str = ""
+    """The format-patch flags and git version those files were formatted with."""
 
 
 @dataclass(frozen=True)

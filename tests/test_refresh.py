@@ -14,6 +14,7 @@ from builder.series import refresh as refresh_mod
 from builder.series.apply import apply
 from builder.series.model import load_series
 from builder.series.refresh import check_current, refresh
+from builder.series.status import status
 
 
 def _no_temp_files(patches: Path) -> None:
@@ -218,3 +219,22 @@ def test_refresh_does_not_skip_a_missing_patch_file_or_an_amended_commit(proj: P
     proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
     assert _format_patch_runs(proj, tmp_path / "amend.trace") == 1
     assert proj.snapshot() != before
+
+
+def test_status_after_a_refresh_reads_the_files_back_and_still_sees_changes(proj: Proj, tmp_path: Path) -> None:
+    apply(proj.project)
+    refresh(proj.project)
+    trace = tmp_path / "status.trace"
+    os.environ["PATCHSET_FAULT_TRACE"] = str(trace)
+    try:
+        st = status(proj.project)
+    finally:
+        del os.environ["PATCHSET_FAULT_TRACE"]
+    assert [p.dirty for p in st.patches] == [False, False, False]
+    assert not any(line.endswith("[format-patch]") for line in trace.read_text().splitlines())
+    # a file changed by hand and a commit amended: both are seen, each on its own patch
+    _hand_edit(proj, STANDARD_NAMES[1])
+    assert [p.dirty for p in status(proj.project).patches] == [False, True, False]
+    (proj.work / "tests" / "test-x.c").write_text((proj.work / "tests" / "test-x.c").read_text() + "/* more */\n")
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    assert [p.dirty for p in status(proj.project).patches] == [False, True, True]

@@ -180,12 +180,13 @@ def _save_edits(project: Project, names: list[str]) -> Path:
     return dest
 
 
-def _format_key(git: GitRepo) -> str:
+def format_key(git: GitRepo) -> str:
     version = git.run("--version", env=ISOLATED).stdout.strip()
     return hashlib.sha256("\0".join((version, *FORMAT_PATCH_FLAGS)).encode()).hexdigest()
 
 
-def _mails(patches_dir: Path, git: GitRepo, commits: list[str], state: State, key: str) -> list[tuple[str, bytes]]:
+def current_mails(patches_dir: Path, git: GitRepo, commits: list[str], state: State,
+                  key: str) -> list[tuple[str, bytes]]:
     """The mails of `commits`, as format_mails gives them: the leading ones that the last refresh
     formatted from the same commits and whose files still hold exactly those bytes are read back
     from patches/; the rest are formatted (one format-patch from the first changed commit on). A
@@ -226,9 +227,9 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         ensure_no_op(work)
         ensure_objects(project, work)
         state = work.load_state()
-        key = _format_key(work.git)
+        key = format_key(work.git)
         commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
-        mails = _mails(project.patches_dir, work.git, commits, state, key)
+        mails = current_mails(project.patches_dir, work.git, commits, state, key)
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
         current_fp = fingerprint(pin, fetched.tree if fetched else pin.tree, load_series(project.patches_dir))

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from builder.project import Project
 from builder.series.model import lint
-from builder.series.refresh import format_mails
-from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo
+from builder.series.refresh import current_mails, format_key
+from builder.series.workrepo import PATCHED, UPSTREAM, State, WorkRepo
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, load_pin
 
@@ -45,6 +45,7 @@ def status(project: Project) -> Status:
     work = WorkRepo(project.work_repo)
     commits: list[str] = []
     branch, clean, op = None, True, None
+    state = State()
     problems = [str(f) for f in findings]
     gone = work.missing_borrowed() if work.exists() else []
     if gone:
@@ -59,8 +60,11 @@ def status(project: Project) -> Status:
         clean = not work.git.is_dirty()
         state = work.load_state()
         op = state.op.kind if state.op else None
-    # one format-patch for the whole range: one process per commit made a 400-patch status take 25 s
-    mails = [mail for _name, mail in format_mails(work.git, f"{UPSTREAM}..{PATCHED}")] if commits else []
+    # the mails as refresh would write them: what the last refresh formatted from the same commits
+    # is read back, the rest formatted in one format-patch (one per commit made a 400-patch status
+    # take 25 s)
+    mails = ([mail for _name, mail in current_mails(project.patches_dir, work.git, commits, state,
+                                                     format_key(work.git))] if commits else [])
     rows = []
     for i, p in enumerate(series.patches):
         applied = dirty = False

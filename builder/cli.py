@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from builder import __version__
-from builder.commands import COMMANDS
+from builder.commands import NAMES, load
 from builder.console import err_console, setup_logging
 from builder.errors import EXIT_INTERNAL, Outcome, PatchsetError
 from builder.project import load_project
@@ -21,7 +21,9 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `only`, the other commands are names without their options (their
+    modules are not imported)."""
     parser = argparse.ArgumentParser(
         prog="patchset",
         description="Keep a fork's fixes as a patch series on a pinned llama.cpp; build, test and prove them.",
@@ -31,17 +33,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
     parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for cmd in COMMANDS:
+    for name in NAMES:
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
+        cmd = load(name)
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
         cmd.add_arguments(p)
         p.set_defaults(handler=cmd.run)
     return parser
 
 
+def _verb(argv: list[str]) -> str | None:
+    """The command word of `argv`, when nothing before it asks for the whole parser (--help)."""
+    rest = iter(argv)
+    for a in rest:
+        if a in ("--project", "--pin"):
+            next(rest, None)
+        elif a.startswith(("--project=", "--pin=")) or a == "--debug":
+            continue
+        elif a.startswith("-"):
+            return None
+        else:
+            return a if a in NAMES else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     for var in _GIT_REDIRECTS:
         os.environ.pop(var, None)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=_verb(argv))
     args = parser.parse_args(argv)
     setup_logging(args.debug)
     try:

@@ -89,3 +89,20 @@ def test_rebase_without_onto_is_usage_error(proj: Proj, capsys: pytest.CaptureFi
 def test_refresh_before_apply_is_refused(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--project", str(proj.root), "refresh"]) == 2
     assert "patchset apply" in capsys.readouterr().err
+
+
+def test_a_verb_imports_its_own_command_only(proj: Proj) -> None:
+    code = ("import sys\nfrom builder.cli import main\n"
+            f"rc = main(['--project', {str(proj.root)!r}, 'check'])\n"
+            "print(rc, sorted(m for m in sys.modules if m.endswith('_cmd')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PATCHSET_CACHE": str(proj.project.cache_dir)})
+    assert r.stdout.strip().splitlines()[-1] == "0 ['builder.commands.check_cmd']"
+
+
+def test_options_before_the_verb_and_unknown_options_after_it(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--debug", "--project", str(proj.root), "check"]) == 0
+    with pytest.raises(SystemExit) as ei:
+        main([f"--project={proj.root}", "status", "--no-such-flag"])
+    assert ei.value.code == 2
+    assert "--no-such-flag" in capsys.readouterr().err

@@ -232,7 +232,9 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         mails = current_mails(project.patches_dir, work.git, commits, state, key)
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
-        current_fp = fingerprint(pin, fetched.tree if fetched else pin.tree, load_series(project.patches_dir))
+        tree = fetched.tree if fetched else pin.tree
+        before = patch_digests(project.patches_dir)
+        current_fp = fingerprint(pin, tree, load_series(project.patches_dir))
         edited = hand_edits(project.patches_dir, mails, state, current_fp)
         backup = None
         if edited and not force:
@@ -244,9 +246,9 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
             backup = _save_edits(project, edited)
         changes = write_series(project.patches_dir, mails)
         warnings = _dirty_warning(work)
-        series = load_series(project.patches_dir)
-        fp = fingerprint(pin, fetched.tree if fetched else pin.tree, series)
         digests = patch_digests(project.patches_dir)
+        # patches/ as it was: the series read above still describes it
+        fp = current_fp if digests == before else fingerprint(pin, tree, load_series(project.patches_dir))
         # a merge on patched formats to no mail: then nothing is recorded, the next refresh formats all
         formatted = ([[c, name, digests.get(name, "")] for c, (name, _) in zip(commits, mails, strict=True)]
                      if len(commits) == len(mails) else [])

@@ -105,10 +105,6 @@ def blob_in(entry: object, tree: str) -> str | None:
     return str(entry) if entry else None
 
 
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def static_digest(parts: dict[str, object]) -> str:
     """One digest of what else the proof depended on (backend, tests, patch metadata, the minimal
     CMake project, the backend's harness, the compiler)."""

@@ -10,8 +10,6 @@ trees recompiles only the files that differ.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from typing import Any
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.errors import ProcessError, SeriesError
+from builder.fsutil import sha256_file
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.pipeline import programs_for
@@ -417,12 +416,10 @@ class Verifier:
     def _depends_now(self, patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, Any]:
         """What a proof of the patch depends on besides the files of its trees."""
         return {
-            "patch_sha256": affected.file_digest(patch.path),
-            "mutations": {m: affected.file_digest(self.project.patches_dir / m) for m in patch.meta.mutation},
-            "static": affected.static_digest({
-                "backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
-                "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
-                "harness": buildmod.harness_digest(backend), "compiler": self._host_info().get("compiler")}),
+            "patch_sha256": sha256_file(patch.path),
+            "mutations": {m: sha256_file(self.project.patches_dir / m) for m in patch.meta.mutation},
+            "static": affected.static_digest({**self._inputs(patch, backend, tests),
+                                              "compiler": self._host_info().get("compiler")}),
         }
 
     def _depends(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> dict:
@@ -534,15 +531,18 @@ class Verifier:
 
     def _key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
         git = self.work.git
-        parts = {
-            "backend": backend,
+        return affected.static_digest({
+            **self._inputs(patch, backend, tests),
             "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
             "mutation": [git.tree_of(m) for m in trees.mutations] or None,
-            "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
-            "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
-            "harness": buildmod.harness_digest(backend),
-        }
-        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+        })
+
+    @staticmethod
+    def _inputs(patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
+        """What a proof depends on besides its trees and the compiler."""
+        return {"backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
+                "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+                "harness": buildmod.harness_digest(backend)}
 
     def _host_info(self) -> dict:
         if self._host is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import sys
@@ -14,16 +13,9 @@ from pathlib import Path, PurePosixPath
 
 from builder import proc
 from builder.errors import ProcessError, SourceError
+from builder.fsutil import sha256_file
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream.pin import SdistSource
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _requirement_name(requirement: str) -> str:

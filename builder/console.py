@@ -6,19 +6,13 @@ import logging
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+
+if TYPE_CHECKING:  # the progress bar and the log handler are imported only on a terminal
+    from rich.progress import Progress, TaskID
 
 console = Console(stderr=False, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
@@ -33,6 +27,8 @@ def setup_logging(debug: bool) -> None:
     logger.handlers.clear()
     handler: logging.Handler
     if interactive():
+        from rich.logging import RichHandler  # noqa: PLC0415 (a terminal only; a verb starts faster)
+
         handler = RichHandler(console=err_console, show_time=False, show_path=False)
     else:
         handler = logging.StreamHandler(sys.stderr)
@@ -56,6 +52,15 @@ class CliProgress:
         # labels carry names like "[cpu]": text, never rich markup
         self._label = escape(label)
         if interactive():
+            from rich.progress import (  # noqa: PLC0415 (a terminal only; a verb starts faster)
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
             self._bar.start()

@@ -182,8 +182,8 @@ def test_refresh_formats_only_the_commits_that_changed(proj: Proj, tmp_path: Pat
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     apply(proj.project)
     before = proj.snapshot()
-    # right after apply nothing says that the files are what format-patch gives: format them all
-    assert _format_patch_runs(proj, tmp_path / "first.trace") == 1
+    # apply formatted the commits it made, once: the refresh right after it formats nothing
+    assert _format_patch_runs(proj, tmp_path / "first.trace") == 0
     assert proj.snapshot() == before
     # nothing changed since that refresh: nothing to format
     assert _format_patch_runs(proj, tmp_path / "noop.trace") == 0
@@ -202,6 +202,19 @@ def test_refresh_formats_only_the_commits_that_changed(proj: Proj, tmp_path: Pat
     assert len(asked) == 1 and asked[0][0] == "--start-number=2"  # patches 2 and 3, not 1
     assert changes[STANDARD_NAMES[0]] == "unchanged" and changes[STANDARD_NAMES[1]] == "updated"
     assert check_current(proj.project) == ()  # byte for byte what a format-patch of the range gives
+
+
+def test_refresh_after_apply_rewrites_files_that_are_not_format_patch_output(proj: Proj, tmp_path: Path) -> None:
+    # a patch written by another tool (here: the real commit id in its From line): what apply
+    # formatted does not match the file, so the refresh right after apply formats and rewrites it
+    name = STANDARD_NAMES[1]
+    mail = (proj.patches / name).read_bytes()
+    assert mail.startswith(b"From 0000000000000000000000000000000000000000 ")
+    (proj.patches / name).write_bytes(b"From 1234567890abcdef1234567890abcdef12345678 " + mail.split(b" ", 2)[2])
+    apply(proj.project)
+    assert _format_patch_runs(proj, tmp_path / "trace") == 1
+    assert (proj.patches / name).read_bytes() == mail
+    assert check_current(proj.project) == ()
 
 
 def test_refresh_does_not_skip_a_missing_patch_file_or_an_amended_commit(proj: Proj, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from builder.locking import project_lock
 from builder.progress import ProgressSink
 from builder.project import Project
 from builder.series.model import Series, load_series
+from builder.series.refresh import formatted_record
 from builder.series.workrepo import (
     PATCHED,
     UPSTREAM,
@@ -94,7 +95,8 @@ def _finish(work: WorkRepo, patches_dir: Path, fetched: Fetched, fp: str, outcom
     named = state.op.named(outcomes) if state.op else tuple(outcomes)
     head = work.head() or ""
     work.finish({"fingerprint": fp, "applied_head": head, "upstream": fetched.commit,
-                 "patch_digests": patch_digests(patches_dir), "digests_fingerprint": fp})
+                 "patch_digests": patch_digests(patches_dir), "digests_fingerprint": fp,
+                 **formatted_record(work.git)})
     return ApplyResult(False, head, fetched.commit, named, tuple(backups), fetched)
 
 

@@ -185,6 +185,9 @@ class Series:
         raise SeriesError(f"{self.series_file}: no patch named '{name}'")
 
 
+_SERIES_COMMENT = re.compile(r"(^|\s)#.*$")
+
+
 def read_series_file(path: Path) -> tuple[list[SeriesEntry], list[Finding]]:
     """Entries in order, and the problems with the file's syntax."""
     entries: list[SeriesEntry] = []
@@ -195,15 +198,14 @@ def read_series_file(path: Path) -> tuple[list[SeriesEntry], list[Finding]]:
         return [], [Finding(path, 0, "series file not found")]
     seen: dict[str, int] = {}
     for n, raw in enumerate(text.splitlines(), 1):
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        line = (_SERIES_COMMENT.sub("", raw) if "#" in raw else raw).strip()
         if not line:
             continue
         parts = line.split()
         name, opts = parts[0], parts[1:]
         if opts and opts != ["-p1"]:
             findings.append(Finding(path, n, f"unsupported option(s) {' '.join(opts)} (only -p1)"))
-        pp = PurePosixPath(name)
-        if pp.is_absolute() or ".." in pp.parts:
+        if name.startswith("/") or ".." in name.split("/"):
             findings.append(Finding(path, n, f"'{name}' points outside patches/"))
             continue
         if name in seen:

@@ -10,24 +10,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import WorkTreeError
+from builder.errors import SeriesError, WorkTreeError
 from builder.fsutil import atomic_write, atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import load_series, read_series_file
+from builder.series.model import Finding, read_series_file
 from builder.series.workrepo import (
     PATCHED,
     UPSTREAM,
     State,
     WorkRepo,
+    digests_of,
     ensure_no_op,
     ensure_objects,
-    fingerprint,
-    patch_digests,
+    fingerprint_of,
+    read_patches_dir,
 )
 from builder.upstream import fetch as upstream
-from builder.upstream.pin import load_pin
+from builder.upstream.pin import Pin, load_pin
 
 # Each flag makes the file depend only on the commit, never on when, where or by which git it
 # was written (Electron's patch exporter does the same):
@@ -64,28 +65,38 @@ def format_mails(git: GitRepo, *revs: str) -> list[tuple[str, bytes]]:
 _HEADER = "# patchset series: one patch file per line, applied in order (written by `patchset refresh`)\n"
 
 
-def write_series(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[FileChange]:
-    """Make `patches/` hold exactly these mails, listed in this order; report what changed."""
+def write_series(patches_dir: Path, mails: list[tuple[str, bytes]],
+                 files: dict[str, bytes] | None = None) -> list[FileChange]:
+    """Make `patches/` hold exactly these mails, listed in this order; report what changed.
+
+    `files`: patches/ as read just before (`read_patches_dir`), so that nothing is read twice."""
     series_file = patches_dir / "series"
     old_entries, _ = read_series_file(series_file)
     old_names = [e.name for e in old_entries]
     changes: list[FileChange] = []
     for name, data in mails:
         path = patches_dir / name
-        if path.exists() and path.read_bytes() == data:
+        if (files[name] if files is not None and name in files else _read(path)) == data:
             changes.append(FileChange(name, "unchanged"))
             continue
         atomic_write(path, data)
         changes.append(FileChange(name, "updated" if name in old_names else "added"))
-    new_names = [n for n, _ in mails]
+    new_names = {n for n, _ in mails}
     for name in old_names:
         if name not in new_names:
             (patches_dir / name).unlink(missing_ok=True)
             changes.append(FileChange(name, "removed"))
-    text = _series_text(series_file, new_names)
+    text = _series_text(series_file, [n for n, _ in mails])
     if not series_file.exists() or series_file.read_text(encoding="utf-8") != text:
         atomic_write_text(series_file, text)
     return changes
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
 
 
 def _series_text(series_file: Path, names: list[str]) -> str:
@@ -124,7 +135,10 @@ def check_current(project: Project) -> tuple[FileChange, ...]:
         if not work.exists() or work.head() is None:
             raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
         ensure_no_op(work)
-        return tuple(stale_files(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}")))
+        # the files the last apply or refresh formatted from the same commits are read back
+        commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
+        mails = current_mails(project.patches_dir, work.git, commits, work.load_state(), format_key(work.git))
+        return tuple(stale_files(project.patches_dir, mails))
 
 
 def _leading_comments(series_file: Path) -> str:
@@ -148,28 +162,32 @@ class RefreshResult:
     """Where `--force` saved the hand-edited files it overwrote."""
 
 
-def hand_edits(patches_dir: Path, mails: list[tuple[str, bytes]], state: State, current_fp: str) -> list[str]:
+def hand_edits(patches_dir: Path, mails: list[tuple[str, bytes]], state: State, current_fp: str,
+               files: dict[str, bytes] | None = None) -> list[str]:
     """Files of patches/ that refresh would overwrite or remove and that changed since the last
     apply or refresh (hand edits): refresh must not lose them.
 
     A file refresh would leave as it is, or would write with the bytes it already has, loses
     nothing (a refresh killed half-way leaves such files, and running it again must work).
+    `files`: patches/ as read just before (`read_patches_dir`).
     """
+    def now(name: str) -> bytes | None:
+        return files.get(name) if files is not None and "/" not in name else _read(patches_dir / name)
+
     planned: dict[str, bytes | None] = dict(mails)
     series_file = patches_dir / "series"
     old_entries, _ = read_series_file(series_file)
     for e in old_entries:
         planned.setdefault(e.name, None)
     planned["series"] = _series_text(series_file, [n for n, _ in mails]).encode("utf-8")
-    at_risk = [n for n, new in planned.items() if (patches_dir / n).is_file() and (patches_dir / n).read_bytes() != new]
+    at_risk = [n for n, new in planned.items() if (data := now(n)) is not None and data != new]
     if not at_risk or (state.fingerprint and state.fingerprint == current_fp):
         return []
     if not state.patch_digests or state.digests_fingerprint != state.fingerprint:
         # no record of the files as they were (an older state, or a rebase since): every file
         # that would change may hold an edit
         return at_risk
-    return [n for n in at_risk
-            if state.patch_digests.get(n) != hashlib.sha256((patches_dir / n).read_bytes()).hexdigest()]
+    return [n for n in at_risk if state.patch_digests.get(n) != hashlib.sha256(now(n) or b"").hexdigest()]
 
 
 def _save_edits(project: Project, names: list[str]) -> Path:
@@ -186,16 +204,18 @@ def format_key(git: GitRepo) -> str:
 
 
 def current_mails(patches_dir: Path, git: GitRepo, commits: list[str], state: State,
-                  key: str) -> list[tuple[str, bytes]]:
-    """The mails of `commits`, as format_mails gives them: the leading ones that the last refresh
-    formatted from the same commits and whose files still hold exactly those bytes are read back
-    from patches/; the rest are formatted (one format-patch from the first changed commit on). A
-    commit id names its whole content and history, so the same commit formats to the same bytes."""
+                  key: str, files: dict[str, bytes] | None = None) -> list[tuple[str, bytes]]:
+    """The mails of `commits`, as format_mails gives them: the leading ones that the last apply or
+    refresh formatted from the same commits and whose files still hold exactly those bytes are read
+    back from patches/; the rest are formatted (one format-patch from the first changed commit on).
+    A commit id names its whole content and history, so the same commit formats to the same bytes.
+    `files`: patches/ as read just before (`read_patches_dir`)."""
     reused: list[tuple[str, bytes]] = []
     if state.formatted_key == key:
         for commit, (done_commit, name, sha) in zip(commits, state.formatted, strict=False):
-            f = patches_dir / name
-            data = f.read_bytes() if commit == done_commit and f.is_file() else None
+            data = None
+            if commit == done_commit:
+                data = files.get(name) if files is not None else _read(patches_dir / name)
             if data is None or hashlib.sha256(data).hexdigest() != sha:
                 break
             reused.append((name, data))
@@ -204,6 +224,20 @@ def current_mails(patches_dir: Path, git: GitRepo, commits: list[str], state: St
         return reused
     start = f"{commits[k - 1]}..{PATCHED}" if k else f"{UPSTREAM}..{PATCHED}"
     return reused + format_mails(git, f"--start-number={k + 1}", start)
+
+
+def formatted_record(git: GitRepo) -> dict[str, object]:
+    """The state fields that say which file format-patch makes of each commit of the series, made
+    right after apply: a refresh or status that follows reads back every file still holding those
+    bytes instead of formatting the whole series again (formatting is a small part of an apply,
+    most of a refresh)."""
+    commits = git.commits(f"{UPSTREAM}..{PATCHED}")
+    mails = format_mails(git, f"{UPSTREAM}..{PATCHED}") if commits else []
+    if len(commits) != len(mails):
+        return {"formatted": [], "formatted_key": ""}
+    return {"formatted": [[c, name, hashlib.sha256(data).hexdigest()] for c, (name, data) in zip(commits, mails,
+                                                                                                   strict=True)],
+            "formatted_key": format_key(git)}
 
 
 def _dirty_warning(work: WorkRepo) -> list[str]:
@@ -222,20 +256,22 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
     """
     with project_lock(project.lock_file, purpose="refresh"):
         work = WorkRepo(project.work_repo)
-        if not work.exists() or work.head() is None:
+        head = work.head() if work.exists() else None
+        if head is None:
             raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
         ensure_no_op(work)
         ensure_objects(project, work)
         state = work.load_state()
         key = format_key(work.git)
         commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
-        mails = current_mails(project.patches_dir, work.git, commits, state, key)
+        files = read_patches_dir(project.patches_dir)  # each file is read once
+        _listed_files_exist(project.patches_dir, files)
+        mails = current_mails(project.patches_dir, work.git, commits, state, key, files)
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
         tree = fetched.tree if fetched else pin.tree
-        before = patch_digests(project.patches_dir)
-        current_fp = fingerprint(pin, tree, load_series(project.patches_dir))
-        edited = hand_edits(project.patches_dir, mails, state, current_fp)
+        current_fp = _fingerprint(pin, tree, project.patches_dir, files)
+        edited = hand_edits(project.patches_dir, mails, state, current_fp, files)
         backup = None
         if edited and not force:
             raise WorkTreeError(
@@ -244,15 +280,43 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
                 "--force` to overwrite them (a copy is kept under .patchset/backup/)")
         if edited:
             backup = _save_edits(project, edited)
-        changes = write_series(project.patches_dir, mails)
+        changes = write_series(project.patches_dir, mails, files)
         warnings = _dirty_warning(work)
-        digests = patch_digests(project.patches_dir)
-        # patches/ as it was: the series read above still describes it
-        fp = current_fp if digests == before else fingerprint(pin, tree, load_series(project.patches_dir))
+        fp = current_fp
+        series_now = _read(project.patches_dir / "series")
+        if any(c.change != "unchanged" for c in changes) or series_now != files.get("series"):
+            files = read_patches_dir(project.patches_dir)  # patches/ as refresh left it
+            fp = _fingerprint(pin, tree, project.patches_dir, files)
+        digests = digests_of(files)
         # a merge on patched formats to no mail: then nothing is recorded, the next refresh formats all
         formatted = ([[c, name, digests.get(name, "")] for c, (name, _) in zip(commits, mails, strict=True)]
                      if len(commits) == len(mails) else [])
-        work.finish({"fingerprint": fp, "applied_head": work.head() or "",
+        work.finish({"fingerprint": fp, "applied_head": head,
                      "patch_digests": digests, "digests_fingerprint": fp,
                      "formatted": formatted, "formatted_key": key})
         return RefreshResult(tuple(changes), tuple(warnings), backup)
+
+
+def _listed_files_exist(patches_dir: Path, files: dict[str, bytes]) -> None:
+    """A patch file the series lists and that is gone was removed by hand: say so rather than
+    write it back (the series is read as bytes here, not parsed: `patchset check` judges the rest)."""
+    series_file = patches_dir / "series"
+    for entry in read_series_file(series_file)[0]:
+        if (files.get(entry.name) if "/" not in entry.name else _read(patches_dir / entry.name)) is None:
+            raise SeriesError(str(Finding(series_file, entry.line,
+                                          f"'{entry.name}' is listed but the file does not exist")))
+
+
+def _fingerprint(pin: Pin, tree: str, patches_dir: Path, files: dict[str, bytes]) -> str:
+    """`fingerprint` of patches/ as `files` holds it, without parsing a mail: the series file and
+    the bytes of each patch it lists ("" when one is missing: no apply was made from that)."""
+    series_file = files.get("series")
+    if series_file is None:
+        return ""
+    listed = []
+    for entry in read_series_file(patches_dir / "series")[0]:
+        data = files.get(entry.name) if "/" not in entry.name else _read(patches_dir / entry.name)
+        if data is None:
+            return ""
+        listed.append((entry.name, data))
+    return fingerprint_of(pin, tree, series_file, listed)

@@ -144,20 +144,35 @@ class StoppedOnConflict(ConflictError):
 
 def fingerprint(pin: Pin, fetched_tree: str, series: Series) -> str:
     """What `patched` was built from: the pin and every byte of the series."""
+    return fingerprint_of(pin, fetched_tree, series.series_file.read_bytes() if series.series_file.exists() else b"",
+                          [(p.name, p.path.read_bytes()) for p in series.patches])
+
+
+def fingerprint_of(pin: Pin, fetched_tree: str, series_file: bytes, patches: list[tuple[str, bytes]]) -> str:
+    """`fingerprint` from bytes already read: the series file and each listed patch, in order."""
     h = hashlib.sha256()
     h.update(f"{pin.commit}\n{fetched_tree}\n".encode())
-    h.update(series.series_file.read_bytes() if series.series_file.exists() else b"")
-    for p in series.patches:
-        h.update(p.name.encode() + b"\0" + p.path.read_bytes() + b"\0")
+    h.update(series_file)
+    for name, data in patches:
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
+
+
+def read_patches_dir(patches_dir: Path) -> dict[str, bytes]:
+    """Every file directly in patches/ (the series file and the patch files), by name."""
+    if not patches_dir.is_dir():
+        return {}
+    return {f.name: f.read_bytes() for f in sorted(patches_dir.iterdir())
+            if not f.name.startswith(".") and f.is_file()}
+
+
+def digests_of(files: dict[str, bytes]) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
 
 
 def patch_digests(patches_dir: Path) -> dict[str, str]:
     """sha256 of every file directly in patches/ (the series file and the patch files)."""
-    if not patches_dir.is_dir():
-        return {}
-    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(patches_dir.iterdir()) if f.is_file() and not f.name.startswith(".")}
+    return digests_of(read_patches_dir(patches_dir))
 
 
 class WorkRepo:

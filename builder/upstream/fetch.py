@@ -26,7 +26,6 @@ from builder.errors import ProcessError, ProcessTimeout, SourceError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
 from builder.progress import NullProgress, ProgressSink
-from builder.upstream import mirror
 from builder.upstream.pin import BundleSource, GitSource, Pin, SdistSource, Source
 
 log = logging.getLogger("patchset")
@@ -256,6 +255,8 @@ def _import_sdist(
     had_download = download_dir.is_dir()
     progress.begin(f"downloading {src.requirement or src.url} (checked by sha256)", None)
     try:
+        from builder.upstream import mirror  # noqa: PLC0415 (urllib and ssl: only a download needs them)
+
         archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
     finally:
         progress.end()
@@ -291,6 +292,8 @@ def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress:
     """Extract `subdir` of a (checksummed) archive under `scratch` and add it to `q`: its tree id
     and file count. The one import both `fetch` and `patchset pin --sdist` use."""
     files = scratch / "files"
+    from builder.upstream import mirror  # noqa: PLC0415 (see download above)
+
     count = mirror.extract_subdir(archive, subdir, files, progress)
     progress.begin(f"importing {count} files", None)
     env = {**ISOLATED, "GIT_INDEX_FILE": str(scratch / "index")}

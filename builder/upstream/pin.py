@@ -7,8 +7,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomli_w
-
 from builder.errors import PinError
 from builder.fsutil import atomic_write
 
@@ -155,6 +153,8 @@ def dump_pin(pin: Pin) -> str:
                 entry["tree"] = s.tree
             srcs.append(entry)
     doc["source"] = srcs
+    import tomli_w  # noqa: PLC0415 (only a pin being written needs it)
+
     return tomli_w.dumps(doc, multiline_strings=True)
 
 

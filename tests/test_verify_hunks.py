@@ -95,6 +95,9 @@ def test_each_hunk_gets_its_outcome(plain) -> None:
     assert any("add(want=5)" in f for f in hunks["3"]["failing"])
     assert hunks["5"]["errors"][0].startswith("ggml/src/calc.c:3: ") and "CALC_ZERO" in hunks["5"]["errors"][0]
     assert hunks["24"]["reason"] == "changes only comments or whitespace"
+    # a header's users all recompile: its pre-check (calc.c with the build's own flags, beside the
+    # builds) said it first, and nothing was built for it
+    assert hunks["5"]["reason"] == "does not compile" and hunks["5"]["build_duration_s"] == 0
     # the section is the definition the hunk changes
     assert hunks["14"]["section"] == "int calc_clamp(int a) {"
     assert hunks["3"]["section"] == "int calc_add(int a, int b) {"
@@ -174,3 +177,53 @@ def test_a_range_splits_a_hunk_and_stale_rules_are_errors(tmp_path: Path) -> Non
     assert hk.revert_text(text, parts[1]) == "l1\nl2\ny\nl4\np\n"
     stale = hk.HunkRule("ggml/src/calc.c", 40, 41, reason="nothing here")
     assert hk.unused_rules(units, (stale,), lambda f: []) == [stale]
+
+
+LIB_CPP = f"""\
+#include "calc.h"
+/* helpers */
+{filler("lib")}int lib_twice(int a) {{
+    return a + a;
+}}
+"""
+# the fix adds a helper in one hunk and uses it in another, far enough apart to be two hunks
+LIB_FIXED = (LIB_CPP.replace("/* helpers */\n", "/* helpers */\nstatic int twice(int a) { return calc_add(a, a); }\n")
+             .replace("return a + a;", "return twice(a);"))
+
+
+def test_llama_side_sources_are_compiled_on_their_own(tmp_path: Path) -> None:
+    """A fix that also changes a source the test build does not compile (llama's `src/`): each of
+    its hunks is compiled on its own, beside the builds, in a worktree of its own."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                                   "ggml/src/calc.c": CALC_C, "src/lib.cpp": LIB_CPP})
+    commit_files(src, {"ggml/src/calc.c": FIXED_C, "ggml/include/calc.h": FIXED_H, "src/lib.cpp": LIB_FIXED,
+                       "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
+                 "calc : add adds" + trailers("cpu", "test-add", EXEMPT + "Patchset-Hunk: src/lib.cpp:lib_twice() "
+                                              "exempt: no test links llama's sources\n"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    (v,) = verify(project, backends=["cpu"], hunks=True).verdicts
+    got = {(h["file"], h["lines"]): h for h in v.hunks}
+    helper = got[("src/lib.cpp", "3")]
+    assert helper["outcome"] == hk.NOT_BUILT and helper["build_duration_s"] == 0
+    assert helper["errors"][0].startswith("src/lib.cpp:") and "twice" in helper["errors"][0]
+    assert got[("src/lib.cpp", "13")]["outcome"] == hk.EXEMPT
+    assert [h["outcome"] for f, h in got.items() if f[0] != "src/lib.cpp"] == [
+        hk.NOT_BUILT, hk.CAUGHT, hk.EXEMPT, hk.EXEMPT]
+    assert v.outcome == PROVEN
+    # the checks ran in a worktree of their own, and wrote nothing into it
+    syntax = project.state_dir / "verify" / "syntax"
+    assert (syntax / ".git").is_file() and git(syntax, "status", "--porcelain", "--ignored") == ""
+
+
+def test_a_pre_check_writes_nothing_and_compiles_the_other_checkout(tmp_path: Path) -> None:
+    """The build's own command for a file, turned into one that writes no object, no dependency
+    file (the build's would be overwritten) and reads the file from the other checkout."""
+    build, src, other = tmp_path / "build", tmp_path / "src", tmp_path / "other"
+    argv = ("/usr/bin/ccache", "/usr/bin/c++", "-DGGML_BUILD", f"-I{src}/ggml/include", "-O3", "-MD", "-MT",
+            "x.o", "-MF", "x.o.d", "-o", "x.o", "-c", f"{src}/ggml/src/calc.c")
+    db = hk.CompileDb({"ggml/src/calc.c": (str(build), argv)}, src)
+    assert "ggml/src/calc.c" in db and "src/lib.cpp" not in db
+    cwd, cmd = db.syntax_command("ggml/src/calc.c", other)
+    assert cwd == str(build)
+    assert cmd == ["/usr/bin/c++", "-DGGML_BUILD", f"-I{other}/ggml/include", "-O3", f"{other}/ggml/src/calc.c",
+                   "-fsyntax-only"]

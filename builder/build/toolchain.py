@@ -24,13 +24,24 @@ class Tool:
         return ".".join(map(str, self.version))
 
 
+_VERSIONS: dict[tuple[str, int, int], tuple[int, ...]] = {}
+
+
 def _version(path: str) -> tuple[int, ...]:
+    """The tool's version, asked once per process and binary (verify builds dozens of trees)."""
     try:
-        out = proc.run([path, "--version"], timeout=30).stdout
-    except ProcessError:
+        st = Path(path).stat()
+    except OSError:
         return ()
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
-    return tuple(int(x) for x in m.groups() if x is not None) if m else ()
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _VERSIONS:
+        try:
+            out = proc.run([path, "--version"], timeout=30).stdout
+        except ProcessError:
+            return ()
+        m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+        _VERSIONS[key] = tuple(int(x) for x in m.groups() if x is not None) if m else ()
+    return _VERSIONS[key]
 
 
 def _pypi_bin(module: str, exe: str) -> str | None:

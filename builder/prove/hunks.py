@@ -14,7 +14,9 @@ differs from the after tree in one place, so ninja recompiles the translation un
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -380,6 +382,10 @@ def order(units: list[Unit]) -> list[Unit]:
     return sorted(units, key=key)
 
 
+def is_header(path: str) -> bool:
+    return Path(path).suffix in _HEADERS
+
+
 # -- what the minimal build does not compile -----------------------------------------------------------
 def outside_build(path: str, test_paths: tuple[str, ...]) -> bool:
     """Files the test build does not compile: llama.cpp's own sources, headers and examples."""
@@ -403,17 +409,95 @@ def syntax_units(unit: Unit, fix_files: list[str], test_paths: tuple[str, ...]) 
 INCLUDE_DIRS = ("include", "ggml/include", "src", "common", "vendor")
 
 
-def syntax_check(src: Path, files: list[str], cxx: str = "c++") -> list[str]:
+class CompileDb:
+    """How the build compiles each of its C and C++ sources (ninja's compilation database), so that
+    a file of another checkout of the same tree can be compiled with exactly those flags."""
+
+    _DROP_WITH_VALUE = ("-o", "-MT", "-MF", "-MQ")
+    _DROP = ("-c", "-MD", "-MMD")
+
+    def __init__(self, commands: dict[str, tuple[str, tuple[str, ...]]], src: Path) -> None:
+        self._commands = commands
+        self._src = src
+
+    @classmethod
+    def read(cls, ninja: str, build_dir: Path, src: Path) -> CompileDb | None:
+        """The database of `build_dir`, whose sources are the tree at `src`; None when ninja cannot give it."""
+        try:
+            entries = json.loads(proc.run([ninja, "-C", str(build_dir), "-t", "compdb"], timeout=120).stdout)
+        except (ProcessError, ValueError):
+            return None
+        prefix = str(src) + "/"
+        commands: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for e in entries:
+            file = str(e.get("file", ""))
+            if not file.startswith(prefix) or Path(file).suffix not in _SOURCES:
+                continue
+            argv = tuple(shlex.split(str(e.get("command", ""))))
+            if "-c" not in argv:
+                continue
+            commands[file[len(prefix):]] = (str(e.get("directory", build_dir)), argv)
+        return cls(commands, src)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._commands
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(self._commands)
+
+    def syntax_command(self, path: str, tree: Path) -> tuple[str, list[str]]:
+        """(folder, argv): `path` of the checkout at `tree` compiled as the build compiles it, without
+        code generation, writing nothing (no object, no dependency file) and with no compiler cache."""
+        directory, argv = self._commands[path]
+        out: list[str] = []
+        skip = False
+        for i, a in enumerate(argv):
+            if skip:
+                skip = False
+                continue
+            if i == 0 and Path(a).name == "ccache":
+                continue
+            if a in self._DROP_WITH_VALUE:
+                skip = True
+                continue
+            if a in self._DROP:
+                continue
+            out.append(a.replace(str(self._src) + "/", str(tree) + "/"))
+        return directory, [*out, "-fsyntax-only"]
+
+
+def precheck_files(unit: Unit, fix_files: list[str], test_paths: tuple[str, ...], db: CompileDb) -> list[str]:
+    """The sources the build compiles that a unit of the build can break, to compile on their own
+    before the build does: the file itself (a source), else (a header) the fix's and the tests'
+    sources. A failure is a build failure (same flags, less work); a success decides nothing."""
+    suffix = Path(unit.file).suffix
+    if suffix in _SOURCES:
+        return [unit.file] if unit.file in db else []
+    if suffix not in _HEADERS:
+        return []
+    fix = [f for f in fix_files if Path(f).suffix in _SOURCES and f in db]
+    tests = [f for f in db.files if _in_paths(f, test_paths) and f not in fix]
+    return fix + tests
+
+
+def syntax_check(src: Path, files: list[str], cxx: str = "c++", db: CompileDb | None = None) -> list[str]:
     """Compile the files of the tree at `src` without code generation, one after another; the
-    compiler errors of the first that fails (one is enough to say where the tree stops building)."""
+    compiler errors of the first that fails (one is enough to say where the tree stops building).
+    A file the build compiles gets the build's own flags (`db`); any other (llama's own sources,
+    which the test build does not compile) the include folders of llama.cpp's layout."""
     errors: list[str] = []
     for f in files:
         if errors:
             break
-        std = "-std=c11" if f.endswith(".c") else "-std=c++17"
-        args = [cxx if not f.endswith(".c") else "cc", std, "-fsyntax-only", *[f"-I{d}" for d in INCLUDE_DIRS], f]
+        if db is not None and f in db:
+            cwd, args = db.syntax_command(f, src)
+        else:
+            std = "-std=c11" if f.endswith(".c") else "-std=c++17"
+            cwd, args = str(src), [cxx if not f.endswith(".c") else "cc", std, "-fsyntax-only",
+                                   *[f"-I{d}" for d in INCLUDE_DIRS], f]
         try:
-            proc.run(args, cwd=src, timeout=600)
+            proc.run(args, cwd=Path(cwd), timeout=600)
         except ProcessError as e:
             found = [f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}"
                      for m in map(buildmod._ERROR.match, e.stderr.splitlines()) if m]

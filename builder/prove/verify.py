@@ -14,12 +14,14 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
+from builder.build.toolchain import find_tool
 from builder.errors import ProcessError, SeriesError
 from builder.fsutil import sha256_file
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
@@ -41,7 +43,7 @@ REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
 
-HUNK_TEST_TIMEOUT_MIN_S = 120.0
+HUNK_TEST_TIMEOUT_MIN_S = 30.0
 """The least time a test gets on a tree with one hunk reverted (else 20x its time on the after tree)."""
 
 _DATE = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
@@ -215,6 +217,8 @@ class Verifier:
         self._blobs: dict[str, dict[str, str]] = {}
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
+        self.last_build: tuple[Path, Path] | None = None
+        """(build folder, tree) of the last tree built."""
 
     # -- trees ---------------------------------------------------------------------------------
     def make_trees(self) -> dict[int, Trees]:
@@ -234,8 +238,11 @@ class Verifier:
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
 
     def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
-                 timeout: float | None = None) -> ev.Step:
-        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's)."""
+                 timeout: float | None = None, *, record_inputs: bool = True) -> ev.Step:
+        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's).
+
+        `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
+        over to a later tree; a tree with one hunk reverted is never carried over)."""
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
         reuse = self._is_work_tree(commit)
@@ -268,7 +275,9 @@ class Verifier:
         tree_id = self.work.git.tree_of(commit)
         # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
         # files the other trees' programs were built from, in its own version: () adds none
-        self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
+        if record_inputs:
+            self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
+        self.last_build = (used.build_dir, src)
         if not result.ok:
             errors = _compiler_errors(result.log)
             only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
@@ -486,12 +495,24 @@ class Verifier:
     # -- each hunk of the fix on its own ----------------------------------------------------------------
     def run_hunks(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
                   timeout: float | None = None) -> list[hk.HunkResult]:
+        """Each unit of the fix reverted on its own, right after the after tree was built.
+
+        Compiling files on their own (`-fsyntax-only`) needs no build folder, so it runs beside the
+        builds, in a worktree of its own (`.patchset/verify/syntax`), one file at a time: first the
+        checks that decide (llama's own sources, which the test build does not compile), then, from
+        the last unit back, the pre-checks of units of the build (a header recompiles all its
+        users; its pre-check compiles the fix's and the tests' sources only). A pre-check that
+        fails makes the unit "not built" without a build; one that passes decides nothing. The
+        builds wait for a header's pre-check, not for a source's (one recompiled file is as quick
+        to say)."""
         git = self.work.git
         maker = hk.RevertMaker(git, trees.after)
         units = hk.fix_units(git, trees.parent, trees.after, patch, maker.lines)
         hk.check_rules(patch, units, maker)
         fix_files = list(dict.fromkeys(u.file for u in units))
-        results = []
+        db = self._compile_db()
+        results: list[hk.HunkResult] = []
+        todo: list[_HunkJob] = []
         for n, unit in enumerate(hk.order(units), 1):
             why = hk.exemption(unit, patch.meta.hunks, maker.lines(unit.file))
             if why:
@@ -499,35 +520,76 @@ class Verifier:
                 continue
             commit = maker.commit(unit, f"verify: {patch.name} without {unit.label}")
             git.update_ref(f"refs/patchset/verify/{patch.index:04d}/hunk-{n}", commit)
-            self.checkout(commit)
             # a file the test build does not compile (llama's own sources) is compiled on its own
-            extra = hk.syntax_units(unit, fix_files, patch.meta.test_paths)
-            self.progress.begin(f"{patch.name} [{backend}] hunk {n}/{len(units)} {unit.label}: compiling", None)
-            errors = hk.syntax_check(self.src, extra) if extra else []
-            self.progress.end()
-            if errors:
-                results.append(hk.result(unit, hk.NOT_BUILT, "does not compile",
-                                         errors=hk.relative(errors[:10], self.src), commit=commit))
-                continue
-            step = self.run_tree(f"hunk-{n}", commit, patch, backend, tests, timeout)
-            if not step.build_ok:
-                results.append(hk.result(unit, hk.NOT_BUILT, "does not build",
-                                         errors=hk.relative(step.build_errors[:10], self.src), commit=commit,
-                                         build_duration_s=step.build_duration_s))
-                continue
-            failing = tuple(line for t in step.tests for line in t.get("failing", ()))
-            if step.verdict == "fails":
-                how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, timeout)
-                       for t in step.tests if t["verdict"] != testrun.PASSED]
-                outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
-            else:
-                outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
-                                                  else f"it builds and the tests: {step.verdict}")
-            results.append(hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
-                                     build_duration_s=step.build_duration_s, tests=step.tests))
+            required = hk.syntax_units(unit, fix_files, patch.meta.test_paths)
+            pre = [] if required or db is None else hk.precheck_files(unit, fix_files, patch.meta.test_paths, db)
+            todo.append(_HunkJob(n, unit, commit, tuple(required or pre), bool(required)))
+        syntax_tree = self.root / "syntax"
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="patchset-syntax")
+        try:
+            submitted = [j for j in todo if j.required] + [j for j in reversed(todo) if j.files and not j.required]
+            futures: dict[int, Future[list[str]]] = {
+                j.n: pool.submit(self._syntax_errors, syntax_tree, j.commit, j.files, db) for j in submitted}
+            deferred = []
+            for job in todo:
+                fut = futures.get(job.n)
+                if job.required and fut is not None and not fut.done():
+                    deferred.append(job)  # decided by its check: after the others
+                    continue
+                if fut is not None and not fut.done() and not hk.is_header(job.unit.file):
+                    fut.cancel()  # one source recompiled: the build is as quick to say
+                    fut = None
+                # a header's users all recompile: its pre-check (the fix's and tests' sources) is waited for
+                errors = fut.result() if fut is not None else []
+                results.append(self._hunk_tree(patch, backend, tests, timeout, job, len(units), errors))
+            for job in deferred:
+                self.progress.begin(f"{patch.name} [{backend}] hunk {job.n}/{len(units)} {job.unit.label}: "
+                                    "compiling", None)
+                errors = futures[job.n].result()
+                self.progress.end()
+                results.append(self._hunk_tree(patch, backend, tests, timeout, job, len(units), errors))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         # back in the source order of the patch for the evidence
         rank = {(u.file, u.hunk, u.part): i for i, u in enumerate(units)}
         return sorted(results, key=lambda r: rank[(r.file, r.hunk, r.part)])
+
+    def _compile_db(self) -> hk.CompileDb | None:
+        """The compilation database of the build folder the after tree was just built in."""
+        if self.last_build is None:
+            return None
+        build_dir, src = self.last_build
+        return hk.CompileDb.read(find_tool("ninja").path, build_dir, src)
+
+    def _syntax_errors(self, tree: Path, commit: str, files: tuple[str, ...], db: hk.CompileDb | None) -> list[str]:
+        """(In the syntax thread.) `files` of `commit` compiled on their own in the worktree at `tree`."""
+        checkout_detached(self.work.git, tree, commit)
+        return list(hk.relative(hk.syntax_check(tree, list(files), db=db), tree))
+
+    def _hunk_tree(self, patch: Patch, backend: str, tests: list[TestSpec], timeout: float | None, job: _HunkJob,
+                   total: int, errors: list[str]) -> hk.HunkResult:
+        """The outcome of one reverted tree: not built when `errors` (its files compiled on their
+        own), else what its build and tests say."""
+        unit, commit = job.unit, job.commit
+        if errors:
+            return hk.result(unit, hk.NOT_BUILT, "does not compile", errors=tuple(errors[:10]), commit=commit)
+        self.progress.begin(f"{patch.name} [{backend}] hunk {job.n}/{total} {unit.label}: building", None)
+        self.progress.end()
+        step = self.run_tree(f"hunk-{job.n}", commit, patch, backend, tests, timeout, record_inputs=False)
+        if not step.build_ok:
+            return hk.result(unit, hk.NOT_BUILT, "does not build",
+                             errors=hk.relative(step.build_errors[:10], self.src), commit=commit,
+                             build_duration_s=step.build_duration_s)
+        failing = tuple(line for t in step.tests for line in t.get("failing", ()))
+        if step.verdict == "fails":
+            how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, timeout)
+                   for t in step.tests if t["verdict"] != testrun.PASSED]
+            outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
+        else:
+            outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
+                                              else f"it builds and the tests: {step.verdict}")
+        return hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
+                         build_duration_s=step.build_duration_s, tests=step.tests)
 
     def _key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
         git = self.work.git
@@ -556,6 +618,18 @@ def _now() -> str:
 
 def _holds_reason(e: ev.Evidence) -> str:
     return f"earlier proof holds: {e.holds.get('why')}, {e.created}"
+
+
+@dataclass(frozen=True)
+class _HunkJob:
+    """One reverted tree of `verify --hunks`, and the files to compile on their own for it."""
+
+    n: int
+    unit: hk.Unit
+    commit: str
+    files: tuple[str, ...]
+    required: bool
+    """The files are outside the test build: their check decides whether the tree compiles."""
 
 
 def _how_it_failed(test: dict, timeout: float | None) -> str:

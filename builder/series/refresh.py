@@ -76,7 +76,7 @@ def write_series(patches_dir: Path, mails: list[tuple[str, bytes]],
     changes: list[FileChange] = []
     for name, data in mails:
         path = patches_dir / name
-        if (files[name] if files is not None and name in files else _read(path)) == data:
+        if _file(patches_dir, files, name) == data:
             changes.append(FileChange(name, "unchanged"))
             continue
         atomic_write(path, data)
@@ -171,23 +171,21 @@ def hand_edits(patches_dir: Path, mails: list[tuple[str, bytes]], state: State, 
     nothing (a refresh killed half-way leaves such files, and running it again must work).
     `files`: patches/ as read just before (`read_patches_dir`).
     """
-    def now(name: str) -> bytes | None:
-        return files.get(name) if files is not None and "/" not in name else _read(patches_dir / name)
-
     planned: dict[str, bytes | None] = dict(mails)
     series_file = patches_dir / "series"
     old_entries, _ = read_series_file(series_file)
     for e in old_entries:
         planned.setdefault(e.name, None)
     planned["series"] = _series_text(series_file, [n for n, _ in mails]).encode("utf-8")
-    at_risk = [n for n, new in planned.items() if (data := now(n)) is not None and data != new]
+    at_risk = [n for n, new in planned.items() if (data := _file(patches_dir, files, n)) is not None and data != new]
     if not at_risk or (state.fingerprint and state.fingerprint == current_fp):
         return []
     if not state.patch_digests or state.digests_fingerprint != state.fingerprint:
         # no record of the files as they were (an older state, or a rebase since): every file
         # that would change may hold an edit
         return at_risk
-    return [n for n in at_risk if state.patch_digests.get(n) != hashlib.sha256(now(n) or b"").hexdigest()]
+    return [n for n in at_risk
+            if state.patch_digests.get(n) != hashlib.sha256(_file(patches_dir, files, n) or b"").hexdigest()]
 
 
 def _save_edits(project: Project, names: list[str]) -> Path:
@@ -215,7 +213,7 @@ def current_mails(patches_dir: Path, git: GitRepo, commits: list[str], state: St
         for commit, (done_commit, name, sha) in zip(commits, state.formatted, strict=False):
             data = None
             if commit == done_commit:
-                data = files.get(name) if files is not None else _read(patches_dir / name)
+                data = _file(patches_dir, files, name)
             if data is None or hashlib.sha256(data).hexdigest() != sha:
                 break
             reused.append((name, data))
@@ -265,12 +263,11 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         key = format_key(work.git)
         commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
         files = read_patches_dir(project.patches_dir)  # each file is read once
-        _listed_files_exist(project.patches_dir, files)
-        mails = current_mails(project.patches_dir, work.git, commits, state, key, files)
         pin = load_pin(project.pin_file)
         fetched = upstream.lookup(project.cache_dir, pin)
         tree = fetched.tree if fetched else pin.tree
         current_fp = _fingerprint(pin, tree, project.patches_dir, files)
+        mails = current_mails(project.patches_dir, work.git, commits, state, key, files)
         edited = hand_edits(project.patches_dir, mails, state, current_fp, files)
         backup = None
         if edited and not force:
@@ -297,26 +294,25 @@ def refresh(project: Project, *, force: bool = False) -> RefreshResult:
         return RefreshResult(tuple(changes), tuple(warnings), backup)
 
 
-def _listed_files_exist(patches_dir: Path, files: dict[str, bytes]) -> None:
-    """A patch file the series lists and that is gone was removed by hand: say so rather than
-    write it back (the series is read as bytes here, not parsed: `patchset check` judges the rest)."""
-    series_file = patches_dir / "series"
-    for entry in read_series_file(series_file)[0]:
-        if (files.get(entry.name) if "/" not in entry.name else _read(patches_dir / entry.name)) is None:
-            raise SeriesError(str(Finding(series_file, entry.line,
-                                          f"'{entry.name}' is listed but the file does not exist")))
+def _file(patches_dir: Path, files: dict[str, bytes] | None, name: str) -> bytes | None:
+    """The bytes of patches/`name`: from `files` (patches/ read once) for a file directly in it."""
+    return files.get(name) if files is not None and "/" not in name else _read(patches_dir / name)
 
 
 def _fingerprint(pin: Pin, tree: str, patches_dir: Path, files: dict[str, bytes]) -> str:
     """`fingerprint` of patches/ as `files` holds it, without parsing a mail: the series file and
-    the bytes of each patch it lists ("" when one is missing: no apply was made from that)."""
+    the bytes of each patch it lists ("" with no series file: no apply was made from that).
+
+    A patch file the series lists and that is gone was removed by hand: SeriesError says so rather
+    than refresh writing it back (`patchset check` judges the rest of the series)."""
     series_file = files.get("series")
     if series_file is None:
         return ""
     listed = []
     for entry in read_series_file(patches_dir / "series")[0]:
-        data = files.get(entry.name) if "/" not in entry.name else _read(patches_dir / entry.name)
+        data = _file(patches_dir, files, entry.name)
         if data is None:
-            return ""
+            raise SeriesError(str(Finding(patches_dir / "series", entry.line,
+                                          f"'{entry.name}' is listed but the file does not exist")))
         listed.append((entry.name, data))
     return fingerprint_of(pin, tree, series_file, listed)

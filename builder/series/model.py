@@ -448,17 +448,11 @@ def _facts_entry(cache_dir: Path, data: bytes) -> Path:
     return cache_dir / key[:2] / f"{key}.json"
 
 
-def _uncached(paths: list[Path], cache_dir: Path | None) -> int:
-    """How many of these mails git would have to parse (not in the cache)."""
+def _uncached(mails: list[bytes | None], cache_dir: Path | None) -> int:
+    """How many of these mails (None: a file that cannot be read) git would have to parse."""
     if cache_dir is None:
-        return len(paths)
-    n = 0
-    for path in paths:
-        try:
-            n += not _facts_entry(cache_dir, path.read_bytes()).is_file()
-        except OSError:
-            continue
-    return n
+        return len(mails)
+    return sum(data is not None and not _facts_entry(cache_dir, data).is_file() for data in mails)
 
 
 def mail_facts(path: Path, data: bytes, cache_dir: Path | None) -> MailFacts:
@@ -479,11 +473,12 @@ def mail_facts(path: Path, data: bytes, cache_dir: Path | None) -> MailFacts:
 
 
 def parse_patch(path: Path, index: int, patches_dir: Path, cache_dir: Path | None = None,
-                strict: bool = False) -> tuple[Patch | None, list[Finding]]:
-    """One patch file; None with findings when it cannot be used at all."""
-    if not path.is_file():
-        return None, [Finding(path, 0, "listed in the series but the file does not exist")]
-    data = path.read_bytes()
+                strict: bool = False, data: bytes | None = None) -> tuple[Patch | None, list[Finding]]:
+    """One patch file (`data`: its bytes, when already read); None with findings when it cannot be used at all."""
+    if data is None:
+        if not path.is_file():
+            return None, [Finding(path, 0, "listed in the series but the file does not exist")]
+        data = path.read_bytes()
     text = data.decode("utf-8", errors="replace")
     facts = mail_facts(path, data, cache_dir)
     if facts.error_stage == "mailinfo":
@@ -551,11 +546,14 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
     entries, findings = read_series_file(series_file)
     cache_dir = default_cache_dir() / "parsed" if cache else None
 
+    # each mail is read once: to see whether git must parse it, then to parse it
+    mails = [_read_mail(patches_dir / e.name) for e in entries]
+
     def one(ie: tuple[int, SeriesEntry]) -> tuple[Patch | None, list[Finding]]:
-        return parse_patch(patches_dir / ie[1].name, ie[0], patches_dir, cache_dir, strict)
+        return parse_patch(patches_dir / ie[1].name, ie[0], patches_dir, cache_dir, strict, mails[ie[0] - 1])
 
     # threads only pay for themselves while git runs: reading cached facts is faster in one thread
-    if _uncached([patches_dir / e.name for e in entries], cache_dir) > 1:
+    if _uncached(mails, cache_dir) > 1:
         with ThreadPoolExecutor(max_workers=min(8, 2 * (os.cpu_count() or 1))) as pool:
             parsed = list(pool.map(one, enumerate(entries, 1)))
     else:
@@ -575,6 +573,13 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
             if rel not in listed and rel not in mutations and not rel.startswith("mutations/"):
                 findings.append(Finding(path, 0, "patch file is not listed in the series"))
     return Series(series_file, tuple(patches)), findings
+
+
+def _read_mail(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
 
 
 def load_series(patches_dir: Path) -> Series:

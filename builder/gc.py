@@ -34,13 +34,6 @@ class GcResult:
     """What was left alone and why."""
 
 
-def _age_s(path: Path, now: float) -> float:
-    try:
-        return now - path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def _remove(path: Path, dry_run: bool) -> None:
     if dry_run:
         return

@@ -324,9 +324,6 @@ class Verifier:
         return tuple(found)
 
     # -- one patch on one backend ------------------------------------------------------------------
-    def verify_patch(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict:
-        return self.settled(patch, trees, backend) or self.prove_patch(patch, trees, backend)
-
     def settled(self, patch: Patch, trees: Trees, backend: str) -> PatchVerdict | None:
         """The verdict of the evidence on disk when it still answers for these trees (the same
         trees, or an earlier proof whose test programs read no file that changed); else None."""

@@ -66,7 +66,6 @@ from builder.upstream.pin import Pin, dump_pin, load_pin
 log = logging.getLogger("patchset")
 
 REBASE, BUILD, SWEEP, VERIFY = "rebase", "build", "sweep", "verify"
-STAGES = (REBASE, BUILD, SWEEP, VERIFY)
 
 # what a failed stage amounts to (the command turns it into the exit code)
 CONFLICT = "conflict"

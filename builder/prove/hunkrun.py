@@ -84,7 +84,6 @@ class HunkRunner:
         rank = {(u.file, u.hunk, u.part): i for i, u in enumerate(units)}
         return sorted(results, key=lambda r: rank[(r.file, r.hunk, r.part)])
 
-
     def _syntax_errors(self, tree: Path, commit: str, files: tuple[str, ...], db: hk.CompileDb | None) -> list[str]:
         """(In the syntax thread.) `files` of `commit` compiled on their own in the worktree at `tree`."""
         checkout_detached(self.work.git, tree, commit)

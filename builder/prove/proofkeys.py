@@ -28,6 +28,7 @@ class ProofKeys:
         self._host: dict | None = None
 
     def key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
+        """The evidence's key: the patch's trees and everything else its proof depends on."""
         git = self.work.git
         return affected.static_digest({
             **self.inputs_of(patch, backend, tests),
@@ -46,7 +47,6 @@ class ProofKeys:
         if self._host is None:
             self._host = ev.host_info()
         return self._host
-
 
     def tree_blobs(self, commit: str) -> dict[str, str]:
         if commit not in self._blobs:

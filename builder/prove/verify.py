@@ -255,7 +255,7 @@ class Verifier:
         hunk_note = f"; {hk.summarize([dataclasses.asdict(h) for h in hunk_results])}" if hunk_results else ""
         return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}{hunk_note}"
 
-    # -- each hunk of the fix on its own ----------------------------------------------------------------
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

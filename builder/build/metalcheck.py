@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,8 +191,7 @@ def _plan(source: Path, tc: ObjcToolchain, programs: Iterable[str], work: Path) 
     return plan
 
 
-def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: int | None = None,
-                  on_file: Callable[[str], None] | None = None) -> BuildResult:
+def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: int | None = None) -> BuildResult:
     """Compile every Metal host source of `source` and the given test programs (tests/<name>.cpp)
     with -fsyntax-only; a failed check is a result with ok=False and the first error's file:line."""
     start = time.monotonic()
@@ -221,8 +220,6 @@ def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: i
         c.dia.unlink(missing_ok=True)
 
     def one(c: _Compile) -> tuple[_Compile, proc.Completed]:
-        if on_file:
-            on_file(c.label)
         return c, proc.run(c.argv, check=False, timeout=300)
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:

@@ -242,7 +242,7 @@ def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: i
         (f"compile check only: {len(checked_files)} file(s) passed clang -fsyntax-only: {n_cxx} Metal host C++, "
          f"{n_objc} Objective-C (for arm64 and x86_64) against GNUstep and the Metal SDK stand-in, "
          f"{len(checked_files) - len(sources)} test program(s)") if ok else
-        f"compile check FAILED: {len(errors)} error(s) in the Metal host sources",
+        f"compile check FAILED: {len(errors)} error(s) in the Metal host sources and test programs",
         "not compiled here: the .metal shaders (they need Apple's Metal compiler)",
         "nothing was run: no Metal device here",
     )

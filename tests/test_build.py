@@ -159,6 +159,18 @@ def test_metal_check_fails_on_an_objective_c_error_with_its_file_and_line(tmp_pa
 
 
 @needs_objc
+def test_a_selector_the_stand_in_lacks_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    # clang only warns on an unknown selector (and guesses an `id` result): the check makes it an error
+    line = "        [cb commitAndFrobnicate];"
+    text = CONTEXT_M.replace("        [cb commit];", line)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.first_error is not None
+    assert (r.first_error.file, r.first_error.line) == ("ggml/src/ggml-metal/ggml-metal-x.m",
+                                                        text.splitlines().index(line) + 1)
+    assert "commitAndFrobnicate" in r.first_error.message
+
+
+@needs_objc
 def test_metal_check_lists_the_api_the_stand_in_lacks_before_compiling(tmp_path: Path) -> None:
     text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n    MTLTensorDescriptor * t = nil;\n"
                              "    dispatch_frobnicate(d_queue);\n    (void) t;")

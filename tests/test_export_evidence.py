@@ -95,8 +95,12 @@ def test_what_export_writes_is_clean_when_the_evidence_is_not(verified: object) 
          "commit": "a03a0f876a0e579d2088e8fb7a66453e1209de4f", "build_duration_s": 1.0, "tests": []},
         {"file": "ggml/src/calc.c", "lines": "9-12", "hunk": 2, "part": "", "section": "",
          "added": 3, "removed": 0, "outcome": "exempt",
-         "reason": "needs a model file to run (Patchset-Hunk ggml/src/calc.c:9-12)", "failing": [], "errors": [],
-         "commit": "", "build_duration_s": 0.0, "tests": []},
+         "reason": "needs a model file to run (Patchset-Hunk ggml/src/calc.c:calc_main())", "failing": [],
+         "errors": [], "commit": "", "build_duration_s": 0.0, "tests": []},
+        {"file": "ggml/src/calc.c", "lines": "14", "hunk": 3, "part": "", "section": "",
+         "added": 1, "removed": 1, "outcome": "exempt",
+         "reason": "needs a model file to run (Patchset-Hunk ggml/src/calc.c:calc_main())", "failing": [],
+         "errors": [], "commit": "", "build_duration_s": 0.0, "tests": []},
     ]
     data["hunks_checked"] = True
     ev.write_text(json.dumps(data))
@@ -109,6 +113,7 @@ def test_what_export_writes_is_clean_when_the_evidence_is_not(verified: object) 
     assert clean.check_tree(out) == []
     pr = (pkg.directory / "PR.md").read_text()
     rows = [ln.strip() for ln in pr.splitlines() if ln.strip().startswith("|")]
+    assert "Each hunk of the fix reverted on its own (4: 1 caught, 1 not built, 2 exempt):" in pr
     assert rows == [
         "| file | lines | function | outcome | why |",
         "| --- | --- | --- | --- | --- |",
@@ -116,7 +121,7 @@ def test_what_export_writes_is_clean_when_the_evidence_is_not(verified: object) 
         "first: `CPU add(want=5)` |",
         "| `ggml/include/calc.h` | 3-4 (a) | `extern \"C\"` | not built | reverted alone, the tree does not "
         "compile: `ggml/src/calc.c:2: conflicting types \\| for 'calc_add'` |",
-        "| `ggml/src/calc.c` | 9-12 | `-` | exempt | needs a model file to run |",
+        "| `ggml/src/calc.c` | 9-12, 14 | `-` | exempt | needs a model file to run |",
     ]
     assert "  at tests/test-add.cpp:7" in pr and "`build/bin/test-add`: failed" in pr
     issue = (pkg.directory / "ISSUE.md").read_text()

@@ -117,9 +117,10 @@ def step_summary(step: dict | None) -> str:
     return "; ".join(parts) or str(step.get("verdict", ""))
 
 
-_TRAILER_NOTE = re.compile(r"\s*\(Patchset-[\w-]+[^)]*\)")
+# "(Patchset-Hunk FILE:main())" at the end of a reason: our trailer, not the maintainer's business
+_TRAILER_NOTE = re.compile(r"\s*\(Patchset-[\w-]+\b.*\)\s*$")
 _FUNCTION = re.compile(r"([A-Za-z_][\w:~]*)\s*\(")
-WHY_LIMIT = 160
+WHY_LIMIT = 120
 
 
 def function_of(section: str) -> str:
@@ -158,18 +159,25 @@ def hunks_table(data: dict) -> list[str]:
     hunks = data.get("hunks")
     if not hunks or not isinstance(hunks, list):
         return []
-    rows = []
+    rows: list[list[str]] = []
     for h in hunks:
         if not isinstance(h, dict):
             continue
         lines = str(h.get("lines", "")) + (f" ({h['part']})" if h.get("part") else "")
-        rows.append([f"`{h.get('file', '?')}`", lines, f"`{function_of(str(h.get('section', '')))}`",
-                     str(h.get("outcome", "?")), clean.cell(_why(h), WHY_LIMIT)])
+        row = [f"`{h.get('file', '?')}`", lines, f"`{function_of(str(h.get('section', '')))}`",
+               str(h.get("outcome", "?")), clean.cell(_why(h), WHY_LIMIT)]
+        # neighbours that differ only in their lines are one row: the table stays short
+        if rows and rows[-1][0] == row[0] and rows[-1][2:] == row[2:]:
+            rows[-1][1] += f", {lines}"
+        else:
+            rows.append(row)
     if not rows:
         return []
+    total = sum(1 for h in hunks if isinstance(h, dict))
     counts: dict[str, int] = {}
-    for r in rows:
-        counts[r[3]] = counts.get(r[3], 0) + 1
+    for h in hunks:
+        if isinstance(h, dict):
+            counts[str(h.get("outcome", "?"))] = counts.get(str(h.get("outcome", "?")), 0) + 1
     summary = ", ".join(f"{n} {o}" for o, n in counts.items())
-    return ["", f"  Each hunk of the fix reverted on its own ({len(rows)}: {summary}):", "",
+    return ["", f"  Each hunk of the fix reverted on its own ({total}: {summary}):", "",
             *[f"  {x}" for x in clean.table(["file", "lines", "function", "outcome", "why"], rows)]]

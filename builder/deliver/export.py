@@ -442,7 +442,7 @@ def _submit(ctx: _Ctx, patch: Patch, has_issue: bool, issue_title: str, mail_nam
     else:
         # the pin came from a source archive: the work repository's base is a stand-in commit with
         # no history, and pushing pr/<slug> would push the whole tree as an unrelated root
-        mails = " ".join(f"\"$PKG\"/{shlex.quote(m)}" for m in [*dep_mails, mail_name])
+        mails = " ".join(f"\"$PKG/{m}\"" for m in [*dep_mails, mail_name])
         lines += [
             "# The pin came from a source archive here (a stand-in commit, not upstream's own), so the",
             f"# branch pr/{slug} of the work repository cannot be pushed: apply the mails in your clone",

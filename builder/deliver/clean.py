@@ -5,8 +5,8 @@ Clean means: no absolute path of the machine that wrote it, no `.patchset/` path
 state folder), no `Patchset-` trailer name (our internal metadata), no Python repr of a record
 (`['a']`, `{'k': 1}`, `PosixPath(...)`, `None` in a table cell), and every Markdown table valid
 GitHub Markdown (a header row, a separator row, the same number of cells in every row).
-A patch mail's diff and a range-diff are upstream's code: only their paths and names are checked
-there, not their brackets.
+A patch mail's diff and a range-diff are upstream's code, and JSON's brackets are JSON: only their
+paths and names are checked there, not their brackets.
 """
 
 from __future__ import annotations
@@ -71,6 +71,15 @@ def relative(text: str, roots: Iterable[Path] = ()) -> str:
         return os.path.basename(path.rstrip("/")) or path
 
     return _ABS_PATH.sub(_short, text)
+
+
+# "(Patchset-Hunk FILE:main())" at the end of a reason: our trailer, nobody else's business
+_TRAILER_NOTE = re.compile(r"\s*\(Patchset-[\w-]+\b.*\)\s*$")
+
+
+def drop_trailer_notes(text: str) -> str:
+    """`text` without a closing note that names one of our trailers."""
+    return _TRAILER_NOTE.sub("", text)
 
 
 def cell(text: str, limit: int = 0) -> str:
@@ -162,7 +171,7 @@ def problems(name: str, text: str) -> list[Problem]:
         m = _TRAILER.search(line)
         if m:
             out.append(Problem(name, n, f"an internal trailer name: {m.group(0)}"))
-        if n not in code:
+        if n not in code and not name.endswith(".json"):  # JSON's [] and {} are JSON
             hit = next((r.search(line) for r in _REPRS if r.search(line)), None)
             if hit:
                 out.append(Problem(name, n, f"a Python repr: {hit.group(0).strip()}"))

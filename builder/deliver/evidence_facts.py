@@ -117,8 +117,6 @@ def step_summary(step: dict | None) -> str:
     return "; ".join(parts) or str(step.get("verdict", ""))
 
 
-# "(Patchset-Hunk FILE:main())" at the end of a reason: our trailer, not the maintainer's business
-_TRAILER_NOTE = re.compile(r"\s*\(Patchset-[\w-]+\b.*\)\s*$")
 _FUNCTION = re.compile(r"([A-Za-z_][\w:~]*)\s*\(")
 WHY_LIMIT = 120
 
@@ -134,7 +132,7 @@ def function_of(section: str) -> str:
 def _why(h: dict) -> str:
     """Why a hunk got its outcome, in plain words."""
     outcome = h.get("outcome", "")
-    reason = _TRAILER_NOTE.sub("", str(h.get("reason", ""))).strip()
+    reason = clean.drop_trailer_notes(str(h.get("reason", ""))).strip()
     if outcome == "caught":
         failing = [clean.relative(str(f)).strip() for f in h.get("failing") or () if str(f).strip()]
         how = re.search(r"\((.*)\)\s*$", reason)

@@ -43,6 +43,7 @@ def gpu_output(folder: Path, patch_sha: str) -> Path:
     """What tools/gpu/run.sh leaves in $OUT after `main` on a machine whose checkout is /root/work."""
     folder.mkdir()
     run = {"format": "patchset-device-run/1", "date": "2026-11-30T06:30:34Z", "backend": "cuda",
+           "invocation": "tools/gpu/run.sh --backend cuda main",
            "host": {"platform": "Linux-gpu", "machine": "x86_64", "python": "3.12.3", "cpus": 16},
            "gpu": "NVIDIA H200, 580.159.04, 143771 MiB", "nvcc": "Build cuda_13.0", "compiler": "c++ 13.3.0",
            "pin": {"name": "llama.cpp", "tag": "b1", "commit": "0c1e570", "tree": "b2da535"},
@@ -70,6 +71,7 @@ def test_update_commits_the_current_evidence_with_what_made_it_and_check_passes(
     assert manifest["cpu/verify.json"]["patches"] == {PATCH: sha}
     assert manifest["cuda/test.json"]["command"] == "patchset test --backend cuda --json test.json"
     assert manifest["cuda/test.json"]["machine"].startswith("NVIDIA H200; Linux-gpu")
+    assert manifest["cuda/run-main.json"]["command"] == "tools/gpu/run.sh --backend cuda main"
     assert all(e["date"] and e["pin"] and e["sha256"] for e in manifest.values())
     # paths relative to the tree, nothing of this machine or the device's
     assert clean.check_tree(docs) == []
@@ -125,3 +127,28 @@ def test_an_absolute_path_in_committed_evidence_is_a_problem(proj: Path) -> None
     assert f"docs/evidence/cpu/{STEM}.md:{n}: a path into the state folder .patchset/" in out
     assert f"docs/evidence/cpu/{STEM}.md:{n}: an absolute local path: /home/someone/llama.cpp/.patchset/build/cpu" \
         in out
+
+
+def test_a_device_runs_patches_stay_covered_when_verify_adds_its_own(proj: Path, tmp_path: Path) -> None:
+    """verify.json merges a tools/gpu run's evidence with this machine's: the manifest keeps the
+    device run's patches (with their bytes then), so a change to one of them is still found."""
+    out = tmp_path / "cpu-out"
+    out.mkdir()
+    other = "0002-other-fix.patch"
+    run = {"format": "patchset-device-run/1", "date": "2026-11-30T06:44:53Z", "backend": "cpu",
+           "invocation": "tools/gpu/run.sh --backend cpu main", "host": {"platform": "Linux-gpu", "cpus": 16},
+           "gpu": "", "pin": {"name": "llama.cpp", "tag": "b1", "commit": "0c1e570"},
+           "patches": [{"name": PATCH, "sha256": "ab" * 32}, {"name": other, "sha256": "cd" * 32}],
+           "steps": [{"step": "verify", "exit": 0, "seconds": 100, "command": "patchset verify --backend cpu"}]}
+    (out / "run-main.json").write_text(json.dumps(run))
+    (out / "verify.json").write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": "cpu",
+                                                 "patches": {STEM: {"outcome": "proven"},
+                                                             other.removesuffix(".patch"): {"outcome": "proven"}}}))
+    assert evidence(proj, "update", "--from", str(out))[0] == 0
+    entry = json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"]["cpu/verify.json"]
+    assert entry["patches"] == {PATCH: committed.sha256_file(proj / "patches" / PATCH), other: "cd" * 32}
+    assert entry["command"] == "patchset verify --backend cpu; then patchset verify --backend cpu 1"
+    code, out_lines = evidence(proj, "check")
+    assert code == 1
+    assert f"docs/evidence/cpu/verify.json: {other}: stale: covers a patch that is no longer in the series" \
+        in out_lines

@@ -150,11 +150,15 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path) 
         # what a tools/gpu run of this update or an earlier update committed for the other patches
         existing: dict = {}
         pending = out.files.get(f"{backend}/verify.json")
+        prior = pending[1] if pending is not None else load_manifest(docs_root).get(f"{backend}/verify.json")
         if pending is not None:
             existing = json.loads(pending[0]).get("patches", {})
         elif (folder / "verify.json").exists():
             existing = json.loads((folder / "verify.json").read_text(encoding="utf-8")).get("patches", {})
         merged = {**existing, **found}
+        kept = set(existing) - set(found)
+        # the patches kept from before stay covered, with the bytes and command they were proven with
+        kept_shas = {n: sha for n, sha in (prior.patches if prior else {}).items() if n.removesuffix(".patch") in kept}
         newest = max(found.values(), key=lambda d: d.get("created", ""))
         host, pin = newest.get("host", {}), newest.get("pin", {})
         shas = {p.name: sha256_file(p.path) for p in series.patches if p.name.removesuffix(".patch") in found}
@@ -164,7 +168,10 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path) 
         date, machine, pin_text = newest.get("created", ""), _machine(host), _pin_text(pin)
         text = json.dumps({"format": "patchset-verify-evidence/1", "backend": backend, "patches": merged},
                           indent=1) + "\n"
-        out.add(f"{backend}/verify.json", text, command, date, machine, pin_text, shas)
+        merged_command = command
+        if prior and kept:
+            merged_command = prior.command if prior.command.endswith(command) else f"{prior.command}; then {command}"
+        out.add(f"{backend}/verify.json", text, merged_command, date, machine, pin_text, {**kept_shas, **shas})
         run = {"format": "patchset-device-run/1", "date": date, "backend": backend, "host": host, "gpu": "",
                "compiler": host.get("compiler", ""), "pin": pin,
                "patches": [{"name": n, "sha256": s} for n, s in shas.items()],
@@ -218,8 +225,9 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
         backend = str(run.get("backend", "unknown"))
         shas = {p["name"]: p["sha256"] for p in run.get("patches", [])}
         machine = _machine(run.get("host", {}), run.get("gpu", "") if backend != "cpu" else "")
-        invocation = f"tools/gpu/run.sh --backend {backend} " + " ".join(
-            s["step"] for s in run.get("steps", []) if s.get("step") not in ("install", "install-patchset"))
+        # run.sh records its own arguments (`invocation`); an older record has only its steps
+        invocation = str(run.get("invocation") or f"tools/gpu/run.sh --backend {backend} (steps: " + ", ".join(
+            str(s.get("step")) for s in run.get("steps", [])) + ")")
         common = (str(run.get("date", "")), machine, _pin_text(run.get("pin", {})), shas)
         text = json.dumps(_clean_json(run), indent=1) + "\n"
         out.add(f"{backend}/{rpath.name}", text, invocation, *common)

@@ -19,6 +19,7 @@
 # Try the same command on the CPU here first (`--backend cpu`, from a copy of the checkout,
 # without network: see docs/backends.md), so that the GPU run cannot fail for a trivial reason.
 set -uo pipefail
+invocation="$*"  # recorded in run-*.json: `patchset evidence update` names the command that made each file
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
@@ -72,7 +73,7 @@ step() {
 }
 
 finish() {
-    "${py:-python3}" "$root/tools/gpu/runinfo.py" "$ledger" "$out/run-${label}.json" "$backend" "$carry" \
+    "${py:-python3}" "$root/tools/gpu/runinfo.py" "$ledger" "$out/run-${label}.json" "$backend" "$carry" "$invocation" \
         >> "$log" 2>&1 || true
     exit $status
 }

@@ -1,6 +1,6 @@
 """Write run-<label>.json for tools/gpu/run.sh: what ran where, from its ledger (stdlib only).
 
-usage: runinfo.py LEDGER OUT BACKEND CARRY_DIR
+usage: runinfo.py LEDGER OUT BACKEND CARRY_DIR [RUN_SH_ARGUMENTS]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _out(cmd: list[str]) -> str:
         return ""
 
 
-def main(ledger: Path, out: Path, backend: str, carry: Path) -> None:
+def main(ledger: Path, out: Path, backend: str, carry: Path, invocation: str = "") -> None:
     steps = []
     for line in ledger.read_text().splitlines():
         name, rc, seconds, command = line.split("\t", 3)
@@ -43,6 +43,7 @@ def main(ledger: Path, out: Path, backend: str, carry: Path) -> None:
         "format": "patchset-device-run/1",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "backend": backend,
+        "invocation": f"tools/gpu/run.sh {invocation}".strip(),
         "host": {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
                  "cpus": len(os.sched_getaffinity(0))},
         "gpu": _out(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]),
@@ -59,4 +60,4 @@ def main(ledger: Path, out: Path, backend: str, carry: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), " ".join(sys.argv[5:]))

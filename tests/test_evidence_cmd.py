@@ -13,8 +13,7 @@ import pytest
 from helpers import run_patchset
 from test_export_evidence import verified  # noqa: F401  (the fixture: a project proven by verify)
 
-from builder.deliver import clean
-from builder.prove import committed
+from builder.deliver import clean, committed
 
 PATCH = "0001-calc-add-adds.patch"
 STEM = PATCH.removesuffix(".patch")
@@ -107,9 +106,18 @@ def test_check_names_the_file_and_patch_of_stale_hand_made_and_missing_evidence(
            "update`)" in problems
 
 
-def test_update_leaves_out_evidence_of_other_bytes_of_the_patch(proj: Path) -> None:
+def test_update_leaves_out_evidence_of_another_tree_and_takes_a_reworded_patch(proj: Path) -> None:
     mail = proj / "patches" / PATCH
-    mail.write_bytes(mail.read_bytes().replace(b"calc : add adds", b"calc : add adds up"))
+    original = mail.read_bytes()
+    # the message alone changed: the trees are the same, the proof holds for the new bytes
+    mail.write_bytes(original.replace(b"calc : add adds", b"calc : add adds up"))
+    assert evidence(proj, "update")[0] == 0
+    entry = json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"]["cpu/verify.json"]
+    assert entry["patches"] == {PATCH: committed.sha256_file(mail)}
+    shutil.rmtree(proj / "docs" / "evidence")
+    # the test changed: another tree, the evidence is not for it
+    mail.write_bytes(original.replace(b'printf("Backend 1/1: CPU\\n");', b'printf("Backend 1/1: CPU \\n");'))
+    assert mail.read_bytes() != original
     code, out = evidence(proj, "update")
     assert code == 0
     assert f"left out: {PATCH} on cpu: made for other bytes of the patch" in out

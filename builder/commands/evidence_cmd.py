@@ -4,9 +4,9 @@ import argparse
 from pathlib import Path
 
 from builder.console import console
+from builder.deliver import committed
 from builder.errors import Outcome
 from builder.project import Project
-from builder.prove import committed
 from builder.series.model import load_series
 
 NAME = "evidence"
@@ -33,7 +33,8 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series = load_series(project.patches_dir)
     if args.action == "update":
-        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs))
+        trees = committed.after_trees(project) if project.evidence_dir.is_dir() else {}
+        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees)
         for f in result.written:
             _say(f"wrote docs/evidence/{f}")
         for s in result.skipped:

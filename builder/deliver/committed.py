@@ -1,7 +1,8 @@
 """Committed evidence (`docs/evidence/`): written by one command, recorded in one manifest, checked.
 
 `patchset evidence update` copies the evidence of the current series into `docs/evidence/`:
-verify's evidence from the state folder (`.patchset/evidence/<patch>/<backend>.json`, as
+verify's evidence of the patches as they are now (a proof of these bytes, or a verdict on the
+same after tree) from the state folder (`.patchset/evidence/<patch>/<backend>.json`, as
 `<backend>/verify.json`, a run record `<backend>/run-verify.json` and one Markdown page per patch)
 and the outputs of `tools/gpu/run.sh` (`--from DIR`: its `run-*.json` records and the files their
 steps wrote; never its log). Every string is made relative to the tree (builder/deliver/clean.py).
@@ -19,14 +20,21 @@ import hashlib
 import json
 import re
 import shlex
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.deliver import clean
+from builder.deliver import evidence_facts as facts
 from builder.errors import InputError
 from builder.fsutil import atomic_write_text, sha256_file
+from builder.locking import project_lock
+from builder.project import Project
 from builder.prove import backends_doc, evidence
-from builder.series.model import Series
+from builder.series.model import Series, load_series
+from builder.series.workrepo import WorkRepo
+from builder.upstream.fetch import fetch
+from builder.upstream.pin import load_pin
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "patchset-evidence-manifest/1"
@@ -126,8 +134,35 @@ class _Writer:
 
 
 # -- update --------------------------------------------------------------------------------------
-def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path) -> list[str]:
-    """verify's evidence of the current patch bytes, per backend."""
+def after_trees(project: Project) -> dict[str, str]:
+    """Patch name -> the tree after it (the pin plus the patches up to it), as verify and export
+    make them: what tells evidence of these patch bytes from evidence of others."""
+    # imported here: export's rules and templates weigh on the start of `evidence check`
+    from builder.deliver.export import Chain  # noqa: PLC0415
+
+    series = load_series(project.patches_dir)
+    pin = load_pin(project.pin_file)
+    with project_lock(project.lock_file):
+        fetched = fetch(project.cache_dir, pin)
+        work = WorkRepo(project.work_repo)
+        work.attach_upstream(fetched, pin)
+        with tempfile.TemporaryDirectory(prefix="patchset-evidence-") as tmp:
+            chain = Chain(work.git, fetched.commit, Path(tmp))
+            trees: dict[str, str] = {}
+            mails: tuple[Path, ...] = ()
+            for p in series.patches:
+                mails += (p.path,)
+                tree = chain.tree(mails)
+                if tree is None:
+                    break
+                trees[p.name] = tree
+    return trees
+
+
+def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
+           trees: dict[str, str]) -> list[str]:
+    """verify's evidence of the current patches, per backend: a proof that records these patch
+    bytes, or any verdict whose after tree is the patch's after tree now (`trees`)."""
     skipped: list[str] = []
     by_backend: dict[str, dict[str, dict]] = {}
     for patch in series.patches:
@@ -140,9 +175,9 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path) 
                 skipped.append(f"{jpath.name} of {patch.name}: unreadable")
                 continue
             recorded = (data.get("depends") or {}).get("patch_sha256")
-            if recorded != sha256_file(patch.path):
-                skipped.append(f"{patch.name} on {backend}: " + ("made for other bytes of the patch" if recorded else
-                               "records no sha256 of the patch it proves (only a proof does)"))
+            same_tree = patch.name in trees and facts.load(state_evidence, patch, backend, trees[patch.name]).data
+            if recorded != sha256_file(patch.path) and not same_tree:
+                skipped.append(f"{patch.name} on {backend}: made for other bytes of the patch")
                 continue
             by_backend.setdefault(backend, {})[stem] = _clean_json(data)  # type: ignore[assignment]
     for backend, found in by_backend.items():
@@ -184,7 +219,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path) 
             except (TypeError, KeyError, ValueError):
                 skipped.append(f"{name} on {backend}: evidence of an older format")
                 continue
-            page = (f"<!-- written by `{UPDATE}` from `patchset verify --backend {backend}` -->\n"
+            page = (f"<!-- written by `{UPDATE}` from the evidence of `{command}` -->\n"
                     + evidence.markdown(replace(ev)))
             out.add(f"{backend}/{stem}.md", page, command, data.get("created", date), machine, pin_text,
                     {name: shas[name]})
@@ -250,9 +285,10 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
     return skipped
 
 
-def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Path, ...] = ()) -> UpdateResult:
+def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Path, ...] = (),
+           trees: dict[str, str] | None = None) -> UpdateResult:
     """Copy the current series' evidence into docs/evidence/ (`root`) and record it; regenerate the
-    doc blocks that are made from it."""
+    doc blocks that are made from it. `trees`: the after tree of each patch now (after_trees)."""
     docs_root = root / "docs" / "evidence"
     out = _Writer(docs_root)
     skipped: list[str] = []
@@ -260,7 +296,7 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
         skipped += _from_gpu(folder, out, docs_root)
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
-        skipped += _local(series, state_evidence, out, docs_root)
+        skipped += _local(series, state_evidence, out, docs_root, trees or {})
     entries = load_manifest(docs_root)
     for rel, (text, entry) in out.files.items():
         atomic_write_text(docs_root / rel, text)

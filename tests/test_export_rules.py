@@ -248,6 +248,9 @@ APPROVAL_SERIES = [
     # a public API addition approved for that rule by name
     ({"ggml/include/ggml.h": GGML_H + "\nGGML_API int ggml_qux(void);\n"},
      f"ggml : add qux\n\nPatchset-Approval: public-api {APPROVAL_URL}\n"),
+    # a public header's comment: nothing added to the API, the submitter's acknowledgement settles it
+    ({"ggml/include/ggml.h": GGML_H.replace("#define GGML_API\n", "#define GGML_API\n\n// the sum of x\n")},
+     "ggml : document foo\n\nPatchset-Ack: public-api a comment only, no declaration changes\n"),
 ]
 
 
@@ -276,9 +279,11 @@ def test_an_acknowledgement_does_not_settle_what_needs_a_maintainer(approvals: t
     assert len(approved) == 1 and f"[approved: {APPROVAL_URL}]" in approved[0] and "needs approval" not in approved[0]
     api = _finding_lines(out, names[3], "public-api")
     assert len(api) == 1 and f"[approved: {APPROVAL_URL}]" in api[0], out
+    comment = _finding_lines(out, names[4], "public-api")
+    assert len(comment) == 1 and "[acknowledged: a comment only" in comment[0] and "approval" not in comment[0], out
     fmt = _finding_lines(out, names[2], "clang-format")
     assert len(fmt) == 1 and "[acknowledged: the surrounding code" in fmt[0] and "approval" not in fmt[0]
-    assert re.search(r": 0 error\(s\), 0 warning\(s\), 1 need\(s\) approval, 3 acknowledged or approved, ", out), out
+    assert re.search(r": 0 error\(s\), 0 warning\(s\), 1 need\(s\) approval, 4 acknowledged or approved, ", out), out
 
 
 def test_needs_approval_is_a_line_in_the_report_and_pr_md_not_an_error(approvals: tuple[Proj, str, int]) -> None:
@@ -298,7 +303,7 @@ def test_needs_approval_is_a_line_in_the_report_and_pr_md_not_an_error(approvals
            "(`tests/test-one.c`;" in prs["tests-one"]
     assert f"- approved: {APPROVAL_URL}: do NOT add a new file" in prs["tests-two"]
     assert f"- approved: {APPROVAL_URL}: new CLI or public API additions" in prs["ggml-add-qux"]
-    assert "approval" not in prs["ggml-add-baz"]
+    assert "approval" not in prs["ggml-add-baz"] and "approval" not in prs["ggml-document-foo"]
 
 
 def test_check_refuses_an_approval_without_an_address(tmp_path: Path, cache_dir: Path) -> None:

@@ -160,3 +160,18 @@ def test_a_device_runs_patches_stay_covered_when_verify_adds_its_own(proj: Path,
     assert code == 1
     assert f"docs/evidence/cpu/verify.json: {other}: stale: covers a patch that is no longer in the series" \
         in out_lines
+
+
+def test_drop_stale_removes_what_covers_other_bytes_and_check_passes_again(proj: Path) -> None:
+    assert evidence(proj, "update")[0] == 0
+    mail = proj / "patches" / PATCH
+    mail.write_bytes(mail.read_bytes().replace(b'printf("Backend 1/1: CPU\\n");', b'printf("Backend 1/1: CPU \\n");'))
+    assert evidence(proj, "check")[0] == 1
+    code, out = evidence(proj, "update", "--drop-stale")
+    assert code == 0
+    assert {ln for ln in out if ln.startswith("removed ")} == {
+        f"removed docs/evidence/cpu/{STEM}.md", "removed docs/evidence/cpu/run-verify.json",
+        "removed docs/evidence/cpu/verify.json"}
+    assert json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"] == {}
+    assert evidence(proj, "check")[0] == 0
+    assert "| 1 | cpu |" not in (proj / "docs" / "patches.md").read_text()

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     up.add_argument("--from", dest="from_dirs", action="append", type=Path, default=[], metavar="DIR",
                     help="also an output folder of tools/gpu/run.sh (its run-*.json and the files they name; "
                          "never its log); repeatable")
+    up.add_argument("--drop-stale", action="store_true",
+                    help="first delete the committed files that cover other bytes of a patch (after the series "
+                         "changed, before its evidence is made again)")
     sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
                                  "(no recorded command, or edited since), cited by a doc but missing")
 
@@ -34,7 +37,10 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     series = load_series(project.patches_dir)
     if args.action == "update":
         trees = committed.after_trees(project) if project.evidence_dir.is_dir() else {}
-        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees)
+        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
+                                  drop_stale=args.drop_stale)
+        for f in result.dropped:
+            _say(f"removed docs/evidence/{f}")
         for f in result.written:
             _say(f"wrote docs/evidence/{f}")
         for s in result.skipped:

@@ -75,6 +75,8 @@ class UpdateResult:
     written: tuple[str, ...]
     skipped: tuple[str, ...]
     """What was left out, and why."""
+    dropped: tuple[str, ...] = ()
+    """Committed files removed (stale, with drop_stale) or forgotten (deleted by hand)."""
 
 
 # -- the manifest --------------------------------------------------------------------------------
@@ -285,11 +287,35 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
     return skipped
 
 
+def _covers_stale(entry: Entry, current: dict[str, str]) -> bool:
+    return any(current.get(name) != sha for name, sha in entry.patches.items())
+
+
+def _drop(series: Series, docs_root: Path, stale: bool) -> list[str]:
+    """Forget the manifest entries of files deleted by hand; with `stale`, also delete the files
+    that cover a patch whose bytes changed (or that left the series)."""
+    entries = load_manifest(docs_root)
+    current = {p.name: sha256_file(p.path) for p in series.patches}
+    dropped = []
+    for rel, entry in sorted(entries.items()):
+        path = docs_root / rel
+        if path.exists() and not (stale and _covers_stale(entry, current)):
+            continue
+        path.unlink(missing_ok=True)
+        del entries[rel]
+        dropped.append(rel)
+    if dropped:
+        _save_manifest(docs_root, entries)
+    return dropped
+
+
 def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Path, ...] = (),
-           trees: dict[str, str] | None = None) -> UpdateResult:
+           trees: dict[str, str] | None = None, drop_stale: bool = False) -> UpdateResult:
     """Copy the current series' evidence into docs/evidence/ (`root`) and record it; regenerate the
-    doc blocks that are made from it. `trees`: the after tree of each patch now (after_trees)."""
+    doc blocks that are made from it. `trees`: the after tree of each patch now (after_trees);
+    `drop_stale`: first delete the committed files that cover other bytes of a patch."""
     docs_root = root / "docs" / "evidence"
+    dropped = _drop(series, docs_root, drop_stale) if docs_root.is_dir() else []
     out = _Writer(docs_root)
     skipped: list[str] = []
     for folder in from_dirs:
@@ -306,7 +332,7 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
     docs = root / "docs"
     backends_doc.write(series, docs_root, docs / "backends.md")
     write_counts(series, docs_root, root / PATCHES_DOC)
-    return UpdateResult(tuple(sorted(out.files)), tuple(skipped))
+    return UpdateResult(tuple(sorted(out.files)), tuple(skipped), tuple(dropped))
 
 
 # -- counts for docs/patches.md -----------------------------------------------------------------

@@ -117,3 +117,12 @@ def test_a_cell_says_when_its_evidence_is_for_an_older_revision_of_the_patch(tmp
     assert "proven (2026-11-30; older revision `cdcdcdcdcdcd`)" in rows["| 4"]
     # a CPU run on the GPU machine is named by its CPU, not by the GPU beside it
     assert "x86_64 CPU, 16 cores (the NVIDIA H200 machine)" in block
+
+
+def test_markdown_without_report_is_an_error_and_writes_nothing(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    root = _project(tmp_path)
+    assert main(["--project", str(root), "verify", "--markdown"]) != 0
+    err = capsys.readouterr().err
+    assert "--markdown needs --report" in err and len(err.strip().splitlines()) == 1
+    assert not (root / "docs" / "backends.md").exists()

@@ -11,6 +11,7 @@ from helpers import AUTHORS, STANDARD_PATCHES, Proj, Upstream, commit, git, make
 
 from builder.cli import main
 from builder.deliver import diffparse
+from builder.deliver.clean import check_tree
 from builder.deliver.export import ExportOptions, export, strip_trailers
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError, PatchsetError
@@ -332,6 +333,8 @@ def test_v2_keeps_v1_and_writes_the_range_diff(tproj: Proj) -> None:
     assert "(long long)x" in text
     assert git(tproj.work, "rev-parse", f"refs/heads/pr/{second.slug}") != git(
         tproj.work, "rev-parse", f"refs/patchset/export/{second.slug}/v1")
+    # both versions and the range-diff carry nothing of this machine (builder/deliver/clean.py)
+    assert [str(p) for p in check_tree(tproj.project.state_dir / "export")] == []
 
 
 def test_a_branch_with_someone_elses_commit_is_not_moved(tproj: Proj) -> None:

@@ -11,6 +11,7 @@ from helpers import pin_toml
 from test_export import AUTHOR, BUG_FORM, PR_TEMPLATE
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation, program_source
 
+from builder.deliver import clean
 from builder.deliver.export import ExportOptions, export
 from builder.gitrepo import GitRepo
 from builder.project import load_project
@@ -70,16 +71,78 @@ def test_pr_and_issue_carry_the_evidence(verified: object) -> None:
     assert "Patchset-" not in pr + issue
 
 
-def test_a_hunks_table_is_shown_when_the_evidence_has_one(verified: object) -> None:
+def test_what_export_writes_is_clean_when_the_evidence_is_not(verified: object) -> None:
+    """Evidence as verify records it on a real machine: absolute paths into our state folder,
+    multi-line compiler errors, per-hunk records with commits, durations, lists and trailer names.
+    What export writes from it is a short valid table and trimmed output, with tree-relative paths."""
     project = verified
     ev = project.evidence_dir / "0001-calc-add-adds" / "cpu.json"  # type: ignore[attr-defined]
     data = json.loads(ev.read_text())
-    data["hunks"] = [{"hunk": "ggml/src/calc.c:2", "reverted": "test fails"}]
+    saved = ev.read_text()
+    where = "/tmp/patchset-run-x1/project/.patchset/verify/src"
+    before = next(s for s in data["steps"] if s["tree"] == "before")
+    before["tests"][0]["command"] = f"{where}/build/bin/test-add"
+    before["tests"][0]["failing"] = ["add(want=5): FAIL", f"  at {where}/tests/test-add.cpp:7\n  got 6"]
+    data["hunks"] = [
+        {"file": "ggml/src/calc.c", "lines": "2", "hunk": 1, "part": "", "section": "int calc_add(int a, int b) {",
+         "added": 1, "removed": 1, "outcome": "caught", "reason": "the tests fail (test-add: exit 1, 1 failed)",
+         "failing": ["CPU add(want=5): FAIL"], "errors": [], "commit": "8e00ce3d629d8d5153362e75b8f1450448a8030d",
+         "build_duration_s": 2.61, "tests": [{"command": "test-add", "failing": ["add(want=5): FAIL"]}]},
+        {"file": "ggml/include/calc.h", "lines": "3-4", "hunk": 1, "part": "a", "section": 'extern "C" {',
+         "added": 2, "removed": 1, "outcome": "not built", "reason": "does not compile",
+         "failing": [], "errors": [f"{where}/ggml/src/calc.c:2: conflicting types | for 'calc_add'\n"
+                                   f"{where}/ggml/include/calc.h:3: note: previous declaration here"],
+         "commit": "a03a0f876a0e579d2088e8fb7a66453e1209de4f", "build_duration_s": 1.0, "tests": []},
+        {"file": "ggml/src/calc.c", "lines": "9-12", "hunk": 2, "part": "", "section": "",
+         "added": 3, "removed": 0, "outcome": "exempt",
+         "reason": "needs a model file to run (Patchset-Hunk ggml/src/calc.c:calc_main())", "failing": [],
+         "errors": [], "commit": "", "build_duration_s": 0.0, "tests": []},
+        {"file": "ggml/src/calc.c", "lines": "14", "hunk": 3, "part": "", "section": "",
+         "added": 1, "removed": 1, "outcome": "exempt",
+         "reason": "needs a model file to run (Patchset-Hunk ggml/src/calc.c:calc_main())", "failing": [],
+         "errors": [], "commit": "", "build_duration_s": 0.0, "tests": []},
+    ]
+    data["hunks_checked"] = True
     ev.write_text(json.dumps(data))
-    out = project.state_dir / "other-out"  # type: ignore[attr-defined]
-    pkg = export(project, ExportOptions(author=AUTHOR, out=out)).packages[0]  # type: ignore[arg-type]
+    out = project.state_dir / "clean-out"  # type: ignore[attr-defined]
+    try:
+        result = export(project, ExportOptions(author=AUTHOR, out=out, cover=True))  # type: ignore[arg-type]
+    finally:
+        ev.write_text(saved)
+    pkg = result.packages[0]
+    assert clean.check_tree(out) == []
     pr = (pkg.directory / "PR.md").read_text()
-    assert "| hunk | reverted |" in pr and "| ggml/src/calc.c:2 | test fails |" in pr
+    rows = [ln.strip() for ln in pr.splitlines() if ln.strip().startswith("|")]
+    assert "Each hunk of the fix reverted on its own (4: 1 caught, 1 not built, 2 exempt):" in pr
+    assert rows == [
+        "| file | lines | function | outcome | why |",
+        "| --- | --- | --- | --- | --- |",
+        "| `ggml/src/calc.c` | 2 | `calc_add` | caught | reverted alone, the tests fail (test-add: exit 1, 1 failed), "
+        "first: `CPU add(want=5)` |",
+        "| `ggml/include/calc.h` | 3-4 (a) | `extern \"C\"` | not built | reverted alone, the tree does not "
+        "compile: `ggml/src/calc.c:2: conflicting types \\| for 'calc_add'` |",
+        "| `ggml/src/calc.c` | 9-12, 14 | `-` | exempt | needs a model file to run |",
+    ]
+    assert "  at tests/test-add.cpp:7" in pr and "`build/bin/test-add`: failed" in pr
+    issue = (pkg.directory / "ISSUE.md").read_text()
+    assert "$ build/bin/test-add\nadd(want=5): FAIL\n  at tests/test-add.cpp:7\n  got 6\n" in issue
+
+
+def test_the_checker_finds_what_must_not_leave_the_machine() -> None:
+    """The one checker the export tests use, on text made unclean in each way it knows."""
+    bad = ("| commit | errors |\n| a | ['src/x.cpp:1: e'] |\n\n"
+           "see /tmp/x/.patchset/verify/src/a.c and Patchset-Hunk\n"
+           "| a | b |\n| --- | --- |\n| 1 | 2 | 3 |\n")
+    found = [(p.line, p.what.split(":")[0]) for p in clean.problems("PR.md", bad)]
+    assert found == [(2, "a Python repr"),
+                     (2, "Markdown table without a separator row (| --- |) under its header"),
+                     (4, "a path into the state folder .patchset/"), (4, "an absolute local path"),
+                     (4, "an internal trailer name"), (7, "Markdown table row with 3 cells, its header has 2")]
+    good = "| a | b \\| c |\n| --- | --- |\n| `x.c` | see https://github.com/o/r/pull/1 |\n--- /dev/null\n"
+    assert clean.problems("PR.md", good) == []
+    # a mail's diff is upstream's code: its brackets are not reprs
+    mail = "Subject: x\n\ndiff --git a/x b/x\n--- /dev/null\n+++ b/x\n+int v[] = {};\n+f(x, {}, ('a',));\n"
+    assert clean.problems("0001-x.patch", mail) == []
 
 
 def test_a_re_export_brings_facts_up_to_date_but_keeps_hand_edits(verified: object) -> None:

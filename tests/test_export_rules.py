@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import hermetic_env
-from helpers import Proj, git, make_project, make_upstream
+from helpers import Proj, git, make_project, make_upstream, run_patchset
 from test_export import AUTHOR, TEMPLATE_FILES, with_files
 
 from builder.deliver.export import ExportOptions, export
 from builder.deliver.rules import RuleFinding
+from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError
 
 GGML_H = "#pragma once\n\n#define GGML_API\n\nGGML_API int ggml_foo(int x);\n\nGGML_API int ggml_bar(void);\n"
@@ -228,3 +231,86 @@ def test_ggml_layout_refuses_llama_files_or_drops_them_when_asked(lproj: tuple[P
     assert (ggml / "CMakeLists.txt").read_text() == "project(ggml C)\n"
     with pytest.raises(InputError, match="nothing is left for ggml"):
         export(p.project, ExportOptions(patches=("3",), layout="ggml", author=AUTHOR, drop_non_ggml=True))
+
+
+# -- acknowledgements and approvals ---------------------------------------------------------------
+APPROVAL_URL = "https://github.com/ggml-org/llama.cpp/issues/1#issuecomment-2"
+APPROVAL_SERIES = [
+    # a new test file acknowledged by the submitter alone: a maintainer must still agree
+    ({"tests/test-one.c": "int main(void) {\n    return 0;\n}\n"},
+     "tests : one\n\nPatchset-Ack: new-test-file a separate test is clearer\n"),
+    # the same, with the address where a maintainer agreed
+    ({"tests/test-two.c": "int main(void) {\n    return 0;\n}\n"},
+     f"tests : two\n\nPatchset-Ack: new-test-file a separate test is clearer\nPatchset-Approval: {APPROVAL_URL}\n"),
+    # formatting that follows the code around it: the submitter's call, the acknowledgement settles it
+    ({"ggml/src/ggml.c": GGML_C + "\nint ggml_baz(int x) {\n    return x+1 ;\n}\n"},
+     "ggml : add baz\n\nPatchset-Ack: clang-format the surrounding code is formatted the same way\n"),
+    # a public API addition approved for that rule by name
+    ({"ggml/include/ggml.h": GGML_H + "\nGGML_API int ggml_qux(void);\n"},
+     f"ggml : add qux\n\nPatchset-Approval: public-api {APPROVAL_URL}\n"),
+    # a public header's comment: nothing added to the API, the submitter's acknowledgement settles it
+    ({"ggml/include/ggml.h": GGML_H.replace("#define GGML_API\n", "#define GGML_API\n\n// the sum of x\n")},
+     "ggml : document foo\n\nPatchset-Ack: public-api a comment only, no declaration changes\n"),
+]
+
+
+@pytest.fixture(scope="module")
+def approvals(tmp_path_factory: pytest.TempPathFactory) -> tuple[Proj, str, int]:
+    """`export --check` of a series whose warnings are acknowledged, approved, or waiting."""
+    base = tmp_path_factory.mktemp("approvals")
+    with pytest.MonkeyPatch.context() as mp:
+        cache = hermetic_env(mp, base / "env")
+        p = make_project(base, with_files(make_upstream(base), FILES), cache, patches=APPROVAL_SERIES)
+        r = run_patchset("--project", str(p.root), "export", "--author", AUTHOR, "--check",
+                         env=dict(os.environ))
+    return p, r.stdout + r.stderr, r.returncode
+
+
+def _finding_lines(out: str, patch: str, rule: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith(f"{patch}: ") and f" {rule}: " in ln]
+
+
+def test_an_acknowledgement_does_not_settle_what_needs_a_maintainer(approvals: tuple[Proj, str, int]) -> None:
+    p, out, _ = approvals
+    names = p.series()
+    waiting = _finding_lines(out, names[0], "new-test-file")
+    assert len(waiting) == 1 and "[needs approval" in waiting[0], out
+    approved = _finding_lines(out, names[1], "new-test-file")
+    assert len(approved) == 1 and f"[approved: {APPROVAL_URL}]" in approved[0] and "needs approval" not in approved[0]
+    api = _finding_lines(out, names[3], "public-api")
+    assert len(api) == 1 and f"[approved: {APPROVAL_URL}]" in api[0], out
+    comment = _finding_lines(out, names[4], "public-api")
+    assert len(comment) == 1 and "[acknowledged: a comment only" in comment[0] and "approval" not in comment[0], out
+    fmt = _finding_lines(out, names[2], "clang-format")
+    assert len(fmt) == 1 and "[acknowledged: the surrounding code" in fmt[0] and "approval" not in fmt[0]
+    assert re.search(r": 0 error\(s\), 0 warning\(s\), 1 need\(s\) approval, 4 acknowledged or approved, ", out), out
+
+
+def test_needs_approval_is_a_line_in_the_report_and_pr_md_not_an_error(approvals: tuple[Proj, str, int]) -> None:
+    p, out, code = approvals
+    # --check fails on the placeholders only: a waiting approval changes no exit status
+    assert code == 1 and "placeholder(s) to fill" in out
+    filled = p.project.state_dir / "export"
+    for pr in filled.glob("*/v1/PR.md"):
+        pr.write_text(placeholder_pattern().sub("done", pr.read_text()))
+    for f in [*filled.glob("*/v1/ISSUE.md"), *filled.glob("*/v1/submit.txt")]:
+        f.write_text(placeholder_pattern().sub("done", f.read_text()))
+    again = run_patchset("--project", str(p.root), "export", "--author", AUTHOR, "--check", env=dict(os.environ))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 need(s) approval" in again.stdout
+    prs = {d.name[5:]: (d / "v1" / "PR.md").read_text() for d in filled.iterdir() if d.is_dir()}
+    assert "- needs approval: do NOT add a new file in tests/* without maintainers' approval " \
+           "(`tests/test-one.c`;" in prs["tests-one"]
+    assert f"- approved: {APPROVAL_URL}: do NOT add a new file" in prs["tests-two"]
+    assert f"- approved: {APPROVAL_URL}: new CLI or public API additions" in prs["ggml-add-qux"]
+    assert "approval" not in prs["ggml-add-baz"] and "approval" not in prs["ggml-document-foo"]
+
+
+def test_check_refuses_an_approval_without_an_address(tmp_path: Path, cache_dir: Path) -> None:
+    series = [({"tests/test-x.c": "int main(void) {\n    return 0;\n}\n"},
+               "tests : x\n\nPatchset-Approval: new-test-file the maintainers said yes\n")]
+    p = make_project(tmp_path, with_files(make_upstream(tmp_path), FILES), cache_dir, patches=series)
+    r = run_patchset("--project", str(p.root), "check", env=dict(os.environ))
+    assert r.returncode == 1
+    assert re.search(r"^\S*patches/0001-tests-x\.patch:\d+: Patchset-Approval: .*expected '\[<rule>\] <URL>'",
+                     r.stdout + r.stderr, re.M), r.stdout + r.stderr

@@ -1,5 +1,6 @@
 """Export of the real series on the real pin: every mail applies with `git am` on a clean checkout of
-the pin, alone or after the dependencies its package names; the rule findings are printed."""
+the pin, alone or after the dependencies its package names, and every file export writes is clean
+(builder/deliver/clean.py); the rule findings are printed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import git
 
+from builder.deliver.clean import check_tree
 from builder.deliver.export import ExportOptions, export
 from builder.project import load_project
 from builder.series.model import load_series
@@ -32,7 +34,7 @@ def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: P
     series = load_series(project.patches_dir)
     started = time.monotonic()
 
-    result = export(project, ExportOptions(author="Jane Doe <jane@example.org>"))
+    result = export(project, ExportOptions(author="Jane Doe <jane@example.org>", cover=True))
 
     took = time.monotonic() - started
     assert [p.patch for p in result.packages] == [p.name for p in series.patches]
@@ -55,6 +57,10 @@ def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: P
         if pin.commit != load_pin(project.pin_file).commit:  # the sdist's stand-in: no push of the branch
             assert f"git checkout -b pr/{pkg.slug} {load_pin(project.pin_file).commit}" in submit
             assert "git -C" not in submit
+    # what leaves the machine: no local path, no .patchset/, no Patchset- name, no repr, valid tables
+    written = [f for f in result.out.rglob("*") if f.is_file()]
+    assert {f.name for f in written} >= {"PR.md", "ISSUE.md", "submit.txt", "COVER.md"}
+    assert [str(p) for p in check_tree(result.out)] == []
     with capsys.disabled():
         print(f"\nexport of {len(result.packages)} patch(es) on the real pin: {took:.1f}s")
         for pkg in result.packages:

@@ -59,11 +59,14 @@ def print_result(result: ExportResult, full: bool = False) -> None:
     for ph in result.placeholders:
         console.print(str(ph), markup=False, highlight=False, emoji=False)
     errors = len(result.errors)
-    warnings = sum(1 for f in findings if not f.blocking and not f.acknowledged)
-    acked = sum(1 for f in findings if f.acknowledged)
+    waiting = sum(1 for f in findings if f.needs_approval)
+    warnings = sum(1 for f in findings if not f.blocking and not f.settled and not f.needs_approval)
+    settled = sum(1 for f in findings if not f.blocking and f.settled)
     summary = f"{len(result.packages)} package(s) in {result.out}: {errors} error(s), {warnings} warning(s)"
-    if acked:
-        summary += f", {acked} acknowledged"
+    if waiting:
+        summary += f", {waiting} need(s) approval"
+    if settled:
+        summary += f", {settled} acknowledged or approved"
     if result.checked:
         summary += f", {len(result.placeholders)} placeholder(s) to fill"
     console.print(summary, markup=False, highlight=False, emoji=False)

@@ -8,7 +8,7 @@ from rich.table import Table
 from builder.build.cmakebuild import PROFILES
 from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.prove import backends_doc
 from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
@@ -25,8 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backend to verify on (repeatable; default: every backend this machine has)")
     p.add_argument("--report", action="store_true", help="print the table of recorded outcomes and exit")
     p.add_argument("--markdown", nargs="?", type=Path, const=Path("docs/backends.md"), metavar="FILE",
-                   help="with --report: regenerate the table of FILE (default docs/backends.md) from the committed "
-                        "evidence under docs/evidence/<backend>/; text outside its markers is kept")
+                   help="only with --report (an error alone): regenerate the table of FILE (default "
+                        "docs/backends.md) from the committed evidence under docs/evidence/<backend>/; text "
+                        "outside its markers is kept")
     p.add_argument("--no-reuse", "--force", dest="no_reuse", action="store_true",
                    help="prove every patch again: reuse no evidence, carry no earlier proof over")
     p.add_argument("--hunks", action="store_true",
@@ -74,6 +75,10 @@ def outcome(report: VerifyReport) -> Outcome:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.markdown and not args.report:
+        # alone it used to regenerate the file silently, where a reader expects a verify run
+        raise InputError("--markdown needs --report: `patchset verify --report --markdown [FILE]` regenerates "
+                         "the table of FILE (default docs/backends.md); it verifies nothing")
     if args.markdown:
         target = args.markdown if args.markdown.is_absolute() else project.root / args.markdown
         changed = backends_doc.write(load_series(project.patches_dir), project.root / "docs" / "evidence", target)

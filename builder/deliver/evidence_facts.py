@@ -10,10 +10,12 @@ the tree of now (`holds`, builder/prove/affected.py).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.build.cmakebuild import PROFILES
+from builder.deliver import clean
 from builder.prove import evidence as ev
 from builder.series.model import Patch, TestSpec
 
@@ -86,8 +88,9 @@ def counts(t: dict) -> str:
     return f"{t.get('passed', 0)} passed, {t.get('failed', 0)} failed, {t.get('skipped', 0)} skipped"
 
 
-def failing_output(step: dict | None, limit: int = 30) -> str:
-    """The failing lines of a before step (test output or compiler errors)."""
+def failing_output(step: dict | None, limit: int = 20) -> str:
+    """The lines that matter of a failed before step: the compiler's errors (`file:line: message`),
+    else each failing test command and its failing cases; paths relative to the tree's root."""
     if not step:
         return ""
     lines: list[str] = []
@@ -97,7 +100,10 @@ def failing_output(step: dict | None, limit: int = 30) -> str:
         if t.get("failing"):
             lines.append(f"$ {t.get('command', '')}")
             lines += [str(x) for x in t["failing"]]
-    return "\n".join(lines[:limit])
+    cleaned = [clean.relative(x).rstrip() for x in lines if str(x).strip()]
+    if len(cleaned) > limit:
+        cleaned = [*cleaned[:limit], f"... {len(cleaned) - limit} more line(s)"]
+    return "\n".join(cleaned)
 
 
 def step_summary(step: dict | None) -> str:
@@ -107,23 +113,69 @@ def step_summary(step: dict | None) -> str:
         where = "in the test files only" if step.get("errors_only_in_test_paths") else "outside the test files"
         return f"fails to compile ({where})"
     tests = step.get("tests", [])
-    parts = [f"`{t.get('command', '')}`: {t.get('verdict', '?')} ({counts(t)})" for t in tests]
+    parts = [f"`{clean.relative(str(t.get('command', '')))}`: {t.get('verdict', '?')} ({counts(t)})" for t in tests]
     return "; ".join(parts) or str(step.get("verdict", ""))
 
 
+_FUNCTION = re.compile(r"([A-Za-z_][\w:~]*)\s*\(")
+WHY_LIMIT = 120
+
+
+def function_of(section: str) -> str:
+    """The function (or other scope) git names after a hunk header, without its signature."""
+    names = _FUNCTION.findall(section)
+    if names:
+        return names[0]
+    return section.replace("{", "").strip() or "-"
+
+
+def _why(h: dict) -> str:
+    """Why a hunk got its outcome, in plain words."""
+    outcome = h.get("outcome", "")
+    reason = clean.drop_trailer_notes(str(h.get("reason", ""))).strip()
+    if outcome == "caught":
+        failing = [clean.relative(str(f)).strip() for f in h.get("failing") or () if str(f).strip()]
+        how = re.search(r"\((.*)\)\s*$", reason)
+        why = "reverted alone, the tests fail" + (f" ({how.group(1)})" if how else "")
+        if failing:
+            first = re.sub(r":\s*FAIL\s*$", "", failing[0]).split("; last lines:")[0]
+            why += f", first: `{first.strip()}`" if len(failing) == 1 else \
+                f", {len(failing)} case(s), first: `{first.strip()}`"
+        return why
+    if outcome == "not built":
+        # the first error's first line: where the compiler stopped (the rest is its notes)
+        errors = [clean.relative(str(e)).strip().splitlines()[0] for e in h.get("errors") or () if str(e).strip()]
+        return "reverted alone, the tree does not compile" + (f": `{errors[0]}`" if errors else "")
+    if outcome == "unguarded":
+        return "reverted alone, it builds and the tests still pass"
+    return clean.relative(reason) or outcome
+
+
 def hunks_table(data: dict) -> list[str]:
-    """The evidence's `hunks` table as Markdown, when the evidence has one."""
+    """Each hunk of the fix reverted on its own (`verify --hunks`) as a short Markdown table for a
+    maintainer: file, lines, function, outcome and why; nothing of verify's own records."""
     hunks = data.get("hunks")
-    if not hunks:
+    if not hunks or not isinstance(hunks, list):
         return []
-    if isinstance(hunks, dict):
-        rows = [{"hunk": k, **(v if isinstance(v, dict) else {"result": v})} for k, v in hunks.items()]
-    elif isinstance(hunks, list):
-        rows = [h if isinstance(h, dict) else {"result": h} for h in hunks]
-    else:
-        return [f"  - hunks: {hunks}"]
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    out = ["", "  | " + " | ".join(cols) + " |", "  | " + " | ".join("---" for _ in cols) + " |"]
-    for r in rows:
-        out.append("  | " + " | ".join(str(r.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in cols) + " |")
-    return out
+    rows: list[list[str]] = []
+    for h in hunks:
+        if not isinstance(h, dict):
+            continue
+        lines = str(h.get("lines", "")) + (f" ({h['part']})" if h.get("part") else "")
+        row = [f"`{h.get('file', '?')}`", lines, f"`{function_of(str(h.get('section', '')))}`",
+               str(h.get("outcome", "?")), clean.cell(_why(h), WHY_LIMIT)]
+        # neighbours that differ only in their lines are one row: the table stays short
+        if rows and rows[-1][0] == row[0] and rows[-1][2:] == row[2:]:
+            rows[-1][1] += f", {lines}"
+        else:
+            rows.append(row)
+    if not rows:
+        return []
+    total = sum(1 for h in hunks if isinstance(h, dict))
+    counts: dict[str, int] = {}
+    for h in hunks:
+        if isinstance(h, dict):
+            counts[str(h.get("outcome", "?"))] = counts.get(str(h.get("outcome", "?")), 0) + 1
+    summary = ", ".join(f"{n} {o}" for o, n in counts.items())
+    return ["", f"  Each hunk of the fix reverted on its own ({total}: {summary}):", "",
+            *[f"  {x}" for x in clean.table(["file", "lines", "function", "outcome", "why"], rows)]]

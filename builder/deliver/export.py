@@ -20,22 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from builder import proc
-from builder.deliver import diffparse, layout, templates
+from builder.deliver import clean, diffparse, layout, templates
 from builder.deliver import evidence_facts as facts
-from builder.deliver.rules import RuleFinding, TreeRules, check_patch, load_findings, save_findings
+from builder.deliver.rules import RuleFinding, TreeRules, check_patch, load_findings, rule_table, save_findings
 from builder.deliver.rules import fingerprint as rules_fingerprint
 from builder.errors import InputError, PatchsetError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import TRAILER_PREFIX, Patch, Series, load_series, parse_trailers
+from builder.series.model import TRAILER_PREFIX, Patch, Series, load_series, parse_approval, parse_trailers
 from builder.series.refresh import format_mails
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import Pin, load_pin
 
 ACK_TRAILER = "Patchset-Ack"
+APPROVAL_TRAILER = "Patchset-Approval"
 MAIL_FILES = ("PR.md", "ISSUE.md", "submit.txt")
 """The files of a package that may hold placeholders."""
 GENERATED = ".generated.json"
@@ -164,6 +165,20 @@ def acknowledgements(patch: Patch) -> dict[str, str]:
             rule, _, reason = value.partition(" ")
             acks[rule] = reason.strip()
     return acks
+
+
+def approvals(patch: Patch) -> dict[str, str]:
+    """rule -> URL ("" as the rule: every rule that needs a maintainer), from the patch's
+    `Patchset-Approval: [<rule>] <URL>` trailers (their syntax is checked by `patchset check`)."""
+    found: dict[str, str] = {}
+    for key, value in parse_trailers(patch.message):
+        if key.lower() == APPROVAL_TRAILER.lower():
+            try:
+                rule, url = parse_approval(value)
+            except ValueError as e:
+                raise InputError(f"{patch.name}: {APPROVAL_TRAILER}: {e}") from e
+            found[rule] = url
+    return found
 
 
 def slug_of(patch: Patch) -> str:
@@ -319,6 +334,12 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
     api = [f for f in findings if f.rule == "public-api"]
     out += ["", "Public API changes:", ""]
     out += [f"- `{f.file}`: {f.message.removeprefix('public header changed: ')}" for f in api] or ["- none"]
+    waiting = [f for f in findings if f.needs_maintainer and not f.blocking]
+    if waiting:
+        out += ["", "Needs the maintainers' approval (upstream's rules ask for it):", ""]
+        for f in waiting:
+            state = f"approved: {f.approved}" if f.approved else "needs approval"
+            out.append(f"- {state}: {_rule_summary(f)} (`{f.file}`; {f.source})")
     out += ["", "Tests (before = the base with only the test part of this patch: "
             f"`git apply {_includes(patch)} {mail_name}`):", ""]
     for backend in facts.backends_of(patch):
@@ -346,6 +367,11 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
         out += facts.hunks_table(evb.data)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _rule_summary(f: RuleFinding) -> str:
+    """What the rule asks, in upstream's words (data/rules.toml)."""
+    return str(rule_table()["rules"].get(f.rule, {}).get("summary", f.rule))
 
 
 def _includes(patch: Patch) -> str:
@@ -394,34 +420,42 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
     return body, form.title
 
 
-def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: str, mail_name: str,
+def _submit(ctx: _Ctx, patch: Patch, has_issue: bool, issue_title: str, mail_name: str,
             dep_mails: list[str]) -> str:
+    """The commands for the human, with no path of this machine in them: they run from the
+    package's folder, and name the work repository and the fork through variables."""
     subject = strip_trailers(patch.message).splitlines()[0]
     base_branch = templates.package_conf()["pr"]["base_branch"]
+    slug = slug_of(patch)
     lines = [
-        "# Run these yourself, after you have filled in every placeholder of ISSUE.md and PR.md",
-        "# (`patchset export --check` lists what is left). Export never pushes and never runs gh.",
+        "# Run these yourself from the folder that holds this file, after you have filled in every",
+        "# placeholder of ISSUE.md and PR.md (`patchset export --check` lists what is left).",
+        "# Export never pushes and never runs gh.",
         "# GH_USER: your GitHub user; FORK: the git remote of your fork.",
-        f"cd {shlex.quote(str(vdir))}",
     ]
     if has_issue:
         lines.append(f"gh issue create --repo {ctx.repo_slug} --title {shlex.quote(issue_title)} "
                      "--body-file ISSUE.md")
     if ctx.base == ctx.pin.commit:
-        lines.append(f"git -C {shlex.quote(str(ctx.project.work_repo))} push \"$FORK\" pr/{slug_of(patch)}")
+        lines += [f"# WORK: the work repository `patchset apply` made (it prints its path); it holds branch pr/{slug}",
+                  f"git -C \"$WORK\" push \"$FORK\" pr/{slug}"]
     else:
         # the pin came from a source archive: the work repository's base is a stand-in commit with
         # no history, and pushing pr/<slug> would push the whole tree as an unrelated root
-        mails = " ".join(shlex.quote(str(vdir / m)) for m in [*dep_mails, mail_name])
+        mails = " ".join(f"\"$PKG/{m}\"" for m in [*dep_mails, mail_name])
         lines += [
             "# The pin came from a source archive here (a stand-in commit, not upstream's own), so the",
-            f"# branch pr/{slug_of(patch)} of the work repository cannot be pushed: in your clone of upstream run",
-            f"git checkout -b pr/{slug_of(patch)} {ctx.pin.commit}",
+            f"# branch pr/{slug} of the work repository cannot be pushed: apply the mails in your clone",
+            "# of upstream instead (CLONE: its folder).",
+            "PKG=$(pwd)",
+            "cd \"$CLONE\"",
+            f"git checkout -b pr/{slug} {ctx.pin.commit}",
             f"git am {mails}",
-            f"git push \"$FORK\" pr/{slug_of(patch)}",
+            f"git push \"$FORK\" pr/{slug}",
+            "cd \"$PKG\"",
         ]
     lines += [
-        f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug_of(patch)}\" "
+        f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug}\" "
         f"--title {shlex.quote(subject)} --body-file PR.md",
     ]
     return "\n".join(lines) + "\n"
@@ -527,15 +561,14 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
         if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
             if branch:
                 _set_branch(ctx, slug, branch, head, latest)
-                files["submit.txt"] = _submit(ctx, patch, ldir, "ISSUE.md" in files, issue_title, mail_name,
+                files["submit.txt"] = _submit(ctx, patch, "ISSUE.md" in files, issue_title, mail_name,
                                               sorted(dep_mails))
             notes = _refresh_generated(ldir, files)
             return PackageResult(patch.name, slug, ldir, latest, "unchanged", dep_names, branch, tuple(findings),
                                  dropped, None, _placeholders_if(opts, ldir), notes)
     version = latest + 1
-    vdir = pkg / f"v{version}"
     if branch:
-        files["submit.txt"] = _submit(ctx, patch, vdir, "ISSUE.md" in files, issue_title, mail_name,
+        files["submit.txt"] = _submit(ctx, patch, "ISSUE.md" in files, issue_title, mail_name,
                                       sorted(dep_mails))
     range_diff = None
     if latest:
@@ -596,7 +629,8 @@ def _findings(ctx: _Ctx, patch: Patch, original: str, mail: str, parent: str, he
     if found is not None:
         return found
     findings = check_patch(patch.name, f"patches/{patch.name}", diffparse.parse(original), diffparse.parse(mail),
-                           strip_trailers(patch.message), ctx.rules, parent, head, acknowledgements(patch))
+                           strip_trailers(patch.message), ctx.rules, parent, head, acknowledgements(patch),
+                           approvals(patch))
     save_findings(cached, findings)
     return findings
 
@@ -619,8 +653,8 @@ def _set_branch(ctx: _Ctx, slug: str, branch: str, head: str, version: int) -> N
 
 def _cover(ctx: _Ctx, results: list[PackageResult]) -> Path:
     lines = [f"# {ctx.pin.name} {ctx.pin.tag}: {len(ctx.series.patches)} patch(es)", "",
-             f"Base: `{ctx.pin.commit}`", "",
-             "| # | patch | depends on | status | package | evidence |", "| --- | --- | --- | --- | --- | --- |"]
+             f"Base: `{ctx.pin.commit}`", ""]
+    rows: list[list[str]] = []
     by_name = {r.patch: r for r in results}
     for p in ctx.series.patches:
         r = by_name.get(p.name)
@@ -632,7 +666,8 @@ def _cover(ctx: _Ctx, results: list[PackageResult]) -> Path:
         deps = ", ".join(r.deps) if r and r.deps else "-"
         pkg = f"{r.directory.relative_to(ctx.out)}" if r else "not exported"
         subject = strip_trailers(p.message).splitlines()[0]
-        lines.append(f"| {p.index} | {subject} | {deps} | {status} | {pkg} | {'; '.join(ev_cells) or '-'} |")
+        rows.append([str(p.index), subject, deps, status, pkg, "; ".join(ev_cells) or "-"])
+    lines += clean.table(["#", "patch", "depends on", "status", "package", "evidence"], rows)
     path = ctx.out / "COVER.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -62,14 +62,33 @@ class RuleFinding:
     """A diff (clang-format) or a list (declarations), shown under the finding."""
     acknowledged: str = ""
     """The patch's reason when it acknowledges this warning."""
+    needs_maintainer: bool = False
+    """Upstream asks for a maintainer's agreement (the rule's `approval`): an acknowledgement does
+    not settle it, an approval does."""
+    approved: str = ""
+    """Where a maintainer agreed (the URL of a `Patchset-Approval` trailer)."""
 
     @property
     def blocking(self) -> bool:
         return self.severity == ERROR
 
+    @property
+    def needs_approval(self) -> bool:
+        """Still waiting for a maintainer: shown as such, never an error."""
+        return self.needs_maintainer and not self.approved and not self.blocking
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left for anyone to do: acknowledged by the submitter where that suffices, or approved."""
+        return bool(self.approved) if self.needs_maintainer else bool(self.acknowledged)
+
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
         ack = f" [acknowledged: {self.acknowledged}]" if self.acknowledged else ""
+        if self.needs_approval:
+            ack += " [needs approval: a maintainer's agreement, named by a Patchset-Approval trailer]"
+        elif self.approved:
+            ack += f" [approved: {self.approved}]"
         return f"{self.patch}: {where}: {self.severity} {self.rule}: {self.message} ({self.source}){ack}"
 
 
@@ -117,7 +136,9 @@ def _cite(rule: str) -> str:
 
 
 def _finding(patch: str, file: str, line: int, rule: str, message: str, detail: str = "") -> RuleFinding:
-    return RuleFinding(patch, file, line, rule, rule_table()["rules"][rule]["severity"], message, _cite(rule), detail)
+    r = rule_table()["rules"][rule]
+    return RuleFinding(patch, file, line, rule, r["severity"], message, _cite(rule), detail,
+                       needs_maintainer=r.get("approval") == "maintainer")
 
 
 def _is_cxx(path: str) -> bool:
@@ -239,7 +260,10 @@ def check_public_header(patch: str, f: FileDiff, git: GitRepo, parent: str, head
             parts.append(f"{label} {', '.join(sorted(names))}")
     first = f.added()[0].number if f.added() else (f.hunks[0].new_start if f.hunks else 1)
     what = "; ".join(parts) if parts else "no declaration changed (comments or other lines only)"
-    return [_finding(patch, f.path, first, "public-api", f"public header changed: {what}")]
+    found = _finding(patch, f.path, first, "public-api", f"public header changed: {what}")
+    # upstream's bar is for additions: a new declaration waits for a maintainer; a changed signature
+    # or a comment is the submitter's to explain, and an acknowledgement settles it
+    return [dataclasses.replace(found, needs_maintainer=found.needs_maintainer and bool(added - removed))]
 
 
 def module_of(path: str) -> str | None:
@@ -379,8 +403,11 @@ def check_clang_format(patch: str, f: FileDiff, tree: TreeRules, head: str) -> l
 
 
 def check_patch(patch: str, mail_file: str, series_mail: Mail, mail: Mail, message: str, tree: TreeRules,
-                parent: str, head: str, acks: dict[str, str]) -> list[RuleFinding]:
-    """Every finding for one patch, acknowledged warnings marked.
+                parent: str, head: str, acks: dict[str, str],
+                approvals: dict[str, str] | None = None) -> list[RuleFinding]:
+    """Every finding for one patch, acknowledged and approved warnings marked.
+
+    `approvals`: rule -> URL where a maintainer agreed ("" as the rule: every rule that needs one).
 
     `series_mail` is the patch file of the series (message findings point into it: that is where
     the message is edited); `mail` is the exported llama.cpp-layout mail, whose diff is that of
@@ -397,14 +424,23 @@ def check_patch(patch: str, mail_file: str, series_mail: Mail, mail: Mail, messa
         out += check_clang_format(patch, f, tree, head)
     out += check_modules(patch, mail_file, series_mail)
     known = rule_ids()
+    approvals = approvals or {}
     for rule in acks:
         if rule not in known:
             out.append(RuleFinding(patch, mail_file, 0, rule, ERROR, f"acknowledges an unknown rule '{rule}' "
+                                   f"(known: {', '.join(known)})", "data/rules.toml"))
+    for rule in approvals:
+        if rule and rule not in known:
+            out.append(RuleFinding(patch, mail_file, 0, rule, ERROR, f"an approval names an unknown rule '{rule}' "
                                    f"(known: {', '.join(known)})", "data/rules.toml"))
     result = []
     for found in out:
         if found.severity == WARNING and found.rule in acks:
             found = dataclasses.replace(found, acknowledged=acks[found.rule])  # noqa: PLW2901
+        if found.severity == WARNING and found.needs_maintainer:
+            url = approvals.get(found.rule) or approvals.get("", "")
+            if url:
+                found = dataclasses.replace(found, approved=url)  # noqa: PLW2901
         result.append(found)
     # the message first (it is read first), then by file and line
     return sorted(result, key=lambda f: (f.file != mail_file, f.file, f.line, f.rule))

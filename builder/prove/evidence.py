@@ -85,13 +85,18 @@ def load(evidence_dir: Path, patch: str, backend: str) -> Evidence | None:
     if not jpath.exists():
         return None
     try:
-        d = json.loads(jpath.read_text())
-        d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
-                                   "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
-        d["hunks"] = tuple(d.get("hunks", ()))
-        return Evidence(**d)
+        return from_dict(json.loads(jpath.read_text()))
     except (ValueError, TypeError, KeyError):
         return None
+
+
+def from_dict(data: dict) -> Evidence:
+    """The record of an evidence JSON object (raises TypeError/KeyError on another format)."""
+    d = dict(data)
+    d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
+                               "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
+    d["hunks"] = tuple(d.get("hunks", ()))
+    return Evidence(**d)
 
 
 def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:

@@ -28,7 +28,8 @@ BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
-    "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Origin", "Patchset-Effect",
+    "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
+    "Patchset-Effect",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Origin"}
 
@@ -289,6 +290,17 @@ def parse_trailers(message: str) -> list[tuple[str, str]]:
     return out
 
 
+_APPROVAL = re.compile(r"^(?:(?P<rule>[a-z0-9-]+)\s+)?(?P<url>https?://\S+)$")
+
+
+def parse_approval(value: str) -> tuple[str, str]:
+    """(rule, URL) of a `Patchset-Approval: [<rule>] <URL>` value; rule "" for every rule that needs one."""
+    m = _APPROVAL.match(value.strip())
+    if not m:
+        raise ValueError("expected '[<rule>] <URL>': the address where a maintainer agreed (an issue or PR comment)")
+    return m.group("rule") or "", m.group("url")
+
+
 def _parse_test(value: str) -> TestSpec:
     backends: tuple[str, ...] | None = None
     m = re.match(r"^\[([^\]]*)\]\s*(.*)$", value)
@@ -374,6 +386,12 @@ def meta_from_trailers(
             rule, _, reason = value.partition(" ")
             if not re.fullmatch(r"[a-z0-9-]+", rule) or not reason.strip():
                 bad(key, value, "expected '<rule> <reason>' (a rule name of `patchset export`, then why)")
+        elif canon == "Patchset-Approval":
+            # `[<rule>] <URL>`: where a maintainer agreed to what a rule asks their approval for
+            try:
+                parse_approval(value)
+            except ValueError as e:
+                bad(key, value, str(e))
         elif canon == "Patchset-Mutation":
             mp = PurePosixPath(value)
             if mp.is_absolute() or ".." in mp.parts or not value:

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from builder.console import console
+from builder.deliver import committed
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.model import load_series
+
+NAME = "evidence"
+HELP = ("commit the current series' evidence into docs/evidence/ with what made it (update), "
+        "or find stale, hand-made and missing evidence there (check)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = sub.add_parser("update", help="copy verify's evidence of the current patches (and tools/gpu outputs) "
+                                       "into docs/evidence/, record each file in its MANIFEST.json, regenerate "
+                                       "docs/backends.md and the counts of docs/patches.md")
+    up.add_argument("--from", dest="from_dirs", action="append", type=Path, default=[], metavar="DIR",
+                    help="also an output folder of tools/gpu/run.sh (its run-*.json and the files they name; "
+                         "never its log); repeatable")
+    up.add_argument("--drop-stale", action="store_true",
+                    help="first delete the committed files that cover other bytes of a patch (after the series "
+                         "changed, before its evidence is made again)")
+    sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
+                                 "(no recorded command, or edited since), cited by a doc but missing")
+
+
+def _say(text: str) -> None:
+    console.print(text, markup=False, highlight=False, emoji=False)
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    series = load_series(project.patches_dir)
+    if args.action == "update":
+        trees = committed.after_trees(project) if project.evidence_dir.is_dir() else {}
+        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
+                                  drop_stale=args.drop_stale)
+        for f in result.dropped:
+            _say(f"removed docs/evidence/{f}")
+        for f in result.written:
+            _say(f"wrote docs/evidence/{f}")
+        for s in result.skipped:
+            _say(f"left out: {s}")
+        _say(f"{len(result.written)} evidence file(s) written; docs/evidence/{committed.MANIFEST} records them")
+        return Outcome.OK
+    problems = committed.check(series, project.root)
+    for p in problems:
+        _say(str(p))
+    if problems:
+        _say(f"{len(problems)} problem(s) in the committed evidence")
+        return Outcome.FAILED
+    _say("committed evidence: every file recorded, none stale, every cited file present")
+    return Outcome.OK

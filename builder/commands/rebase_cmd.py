@@ -1,15 +1,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-
-from rich.table import Table
 
 from builder.commands.apply_cmd import print_outcomes
+from builder.commands.dryrun_view import print_dry_run, print_report
 from builder.console import console
 from builder.errors import InputError, Outcome
 from builder.project import Project
-from builder.series.dryrun import CONFLICT, DEPENDS, RebaseReport
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
@@ -27,37 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--abort", action="store_true", help="give up and restore the state before")
 
 
-def print_report(report: RebaseReport, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(report.as_json(), indent=1))
-        return
-    table = Table("#")
-    # whole file names and paths, folded rather than cut short with an ellipsis
-    table.add_column("patch", overflow="fold")
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for i, p in enumerate(report.patches, 1):
-        detail = ""
-        if p.outcome == CONFLICT:
-            detail = "files: " + ", ".join(p.files) + ("; hunks: " + ", ".join(p.hunks) if p.hunks else "")
-        elif p.outcome == DEPENDS:
-            detail = f"needs {p.depends_on}"
-        table.add_row(str(i), p.patch, p.outcome, detail)
-    console.print(table)
-
-
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
             raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
-        report = dry_run_rebase(project, args.onto)
-        print_report(report, args.json)
-        if not args.json:
-            n = len(report.failed)
-            console.print(f"dry run onto {report.new_commit[:12]}: " + (
-                f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
-                + "; nothing was changed")
-        return Outcome.CONFLICT if report.failed else Outcome.OK
+        return print_dry_run(dry_run_rebase(project, args.onto), args.json, "onto")
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")

@@ -22,9 +22,11 @@ Per patch, in series order, on the tree carried so far:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,9 +206,7 @@ def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
     series = load_series(project.patches_dir)
     old = upstream.fetch(project.cache_dir, old_pin)
     new = upstream.fetch(project.cache_dir, new_pin)
-    root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
-    try:
-        sc = _Scratch(root, [old.repo / "objects", new.repo / "objects"])
+    with _scratch([old.repo / "objects", new.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
         # most moves: the whole series applies as is on the new base (and so on its own): every
@@ -222,22 +222,93 @@ def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
             if not ok:
                 raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
                                   "run `patchset apply` to see where")
-        reports: list[PatchReport] = []
-        carried = new.tree
-        without_failed = old.tree  # the old base with every patch that has not failed on the new one
-        for j, (name, mail) in enumerate(zip(names, mails, strict=True)):
-            failed = [i for i, r in enumerate(reports) if r.failed]
-            if failed and not sc.applies(without_failed, mail):
-                reports.append(PatchReport(name, DEPENDS, depends_on=_blame(sc, old.tree, mails[:j], failed, mail,
-                                                                            names)))
-                continue
-            report, carried = _try(sc, carried, name, mail)
-            reports.append(report)
-            if not report.failed:
-                without_failed = sc.stack(without_failed, [mail])
-        return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True, tuple(reports))
+        return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True,
+                            tuple(_table(sc, names, mails, new.tree, old.tree)))
+
+
+def dry_run_apply(project: Project) -> RebaseReport:
+    """What `apply` would do to each patch on the pin, for a series that has no base of its own
+    here (not applied yet, written on another upstream commit, or whose old base is gone).
+
+    The same table as `dry_run`, without an old base: a patch is `depends` when a file's version
+    it starts from (the blob id its diff names) is the one a failed patch writes. Only the pin is
+    fetched into the cache when it is not there yet; nothing else is written.
+    """
+    pin = load_pin(project.pin_file)
+    series = load_series(project.patches_dir)
+    fetched = upstream.fetch(project.cache_dir, pin)
+    with _scratch([fetched.repo / "objects"]) as sc:
+        mails = [p.path for p in series.patches]
+        names = [p.name for p in series.patches]
+        if mails and sc.applies_all(fetched.tree, mails):
+            rows = [PatchReport(name, CLEAN) for name in names]
+        else:
+            rows = _table(sc, names, mails, fetched.tree, None)
+        return RebaseReport("", pin.commit or fetched.commit, True, tuple(rows))
+
+
+@contextlib.contextmanager
+def _scratch(borrow: list[Path]) -> Iterator[_Scratch]:
+    root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
+    try:
+        yield _Scratch(root, borrow)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _table(sc: _Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
+           ) -> list[PatchReport]:
+    """Each patch on `new_tree` carried forward, in order. With `old_tree` (the series' own base,
+    where every patch applies) `depends` is found by applying there without the failed patches;
+    without it, from the blob ids the diffs name."""
+    reports: list[PatchReport] = []
+    carried = new_tree
+    without_failed = old_tree  # the old base with every patch that has not failed on the new one
+    for j, (name, mail) in enumerate(zip(names, mails, strict=True)):
+        failed = [i for i, r in enumerate(reports) if r.failed]
+        if failed:
+            if without_failed is not None and old_tree is not None:
+                needs = ("" if sc.applies(without_failed, mail)
+                         else _blame(sc, old_tree, mails[:j], failed, mail, names))
+            else:
+                needs = _builds_on(mails, failed, mail, names)
+            if needs:
+                reports.append(PatchReport(name, DEPENDS, depends_on=needs))
+                continue
+        report, carried = _try(sc, carried, name, mail)
+        reports.append(report)
+        if without_failed is not None and not report.failed:
+            without_failed = sc.stack(without_failed, [mail])
+    return reports
+
+
+_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+
+
+def blob_ids(mail: bytes) -> dict[str, tuple[str, str]]:
+    """Per file of the diff: (the blob id it starts from, the blob id it writes), as the mail's
+    `index` lines give them (full with `--full-index`, else abbreviated); a new file starts from 0s."""
+    out: dict[str, tuple[str, str]] = {}
+    for path, header, _hunks in split_hunks(mail):
+        m = _INDEX.search(header)
+        if m:
+            out[path] = (m.group(1).decode(), m.group(2).decode())
+    return out
+
+
+def _same_blob(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n] and a.strip("0") != ""
+
+
+def _builds_on(mails: list[Path], failed: list[int], mail: Path, names: list[str]) -> str:
+    """The first failed patch that writes a version of a file which `mail` starts from; '' if none."""
+    starts = {path: old for path, (old, _new) in blob_ids(mail.read_bytes()).items()}
+    for f in failed:
+        for path, (_old, new) in blob_ids(mails[f].read_bytes()).items():
+            if path in starts and _same_blob(starts[path], new):
+                return names[f]
+    return ""
 
 
 def _try(sc: _Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, str]:

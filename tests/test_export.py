@@ -268,6 +268,8 @@ def test_pr_and_issue_follow_the_tree_templates(tproj: Proj, tmp_path: Path, cac
     assert "gh issue create" in submit and "--title 'Misc. bug: [FILL IN" in submit
     assert "gh pr create --draft" in submit and "--title 'a : widen the sum'" in submit
     assert f"push \"$FORK\" pr/{result.packages[0].slug}" in submit and "--body-file PR.md" in submit
+    # after sending, how to record it (issue 23): the trailer to set and the verb that writes it back
+    assert "`Patchset-Upstream: sent <the pull request's URL>`" in submit and "`patchset refresh`" in submit
 
     # another tree, other templates: another layout
     other = tmp_path / "other"

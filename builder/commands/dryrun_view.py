@@ -8,7 +8,7 @@ from rich.table import Table
 
 from builder.console import console
 from builder.errors import Outcome
-from builder.series.dryrun import CONFLICT, DEPENDS, RebaseReport
+from builder.series.dryrun import CONFLICT, DEPENDS, NOT_FIXED, PatchReport, RebaseReport
 
 
 def print_report(report: RebaseReport, as_json: bool) -> None:
@@ -20,14 +20,30 @@ def print_report(report: RebaseReport, as_json: bool) -> None:
     table.add_column("patch", overflow="fold")
     table.add_column("outcome", no_wrap=True)
     table.add_column("detail", overflow="fold")
+    checked = any(p.fix or p.merged_as for p in report.patches)
+    if checked:
+        table.add_column("upstream", overflow="fold")
     for i, p in enumerate(report.patches, 1):
         detail = ""
         if p.outcome == CONFLICT:
             detail = "files: " + ", ".join(p.files) + ("; hunks: " + ", ".join(p.hunks) if p.hunks else "")
         elif p.outcome == DEPENDS:
             detail = f"needs {p.depends_on}"
-        table.add_row(str(i), p.patch, p.outcome, detail)
+        table.add_row(str(i), p.patch, p.outcome, detail, *([_upstream(p)] if checked else []))
     console.print(table)
+    if checked:
+        for p in report.patches:
+            if p.fix and p.fix.evidence:
+                console.print(f"{p.patch}: {p.fix.evidence}", highlight=False, markup=False)
+
+
+def _upstream(p: PatchReport) -> str:
+    """The upstream column: merged as a commit, and the verdict of the patch's own test."""
+    words = [f"merged as {p.merged_as[:12]}"] if p.merged_as else []
+    if p.fix:
+        words.append(p.fix.verdict + (f"; still failing: {', '.join(p.fix.still_failing)}"
+                                      if p.fix.still_failing and p.fix.verdict != NOT_FIXED else ""))
+    return "; ".join(words)
 
 
 def print_dry_run(report: RebaseReport, as_json: bool, where: str) -> Outcome:

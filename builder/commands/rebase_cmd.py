@@ -4,9 +4,10 @@ import argparse
 
 from builder.commands.apply_cmd import print_outcomes
 from builder.commands.dryrun_view import print_dry_run, print_report
-from builder.console import console
+from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
+from builder.series.dryrun import Check
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
@@ -18,17 +19,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="try every patch on the new base in a scratch index and print the table; change nothing")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.add_argument("--fixed-upstream", action="store_true",
+                   help="also run each patch's failing-before test on the new upstream without the fix (builds: "
+                        "slow on the real tree) and say whether upstream fixed it; and which patches upstream "
+                        "merged as they are (patch-id)")
+    p.add_argument("--backend", default="cpu", help="with --fixed-upstream: the backend to run the tests on (cpu)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")
     g.add_argument("--abort", action="store_true", help="give up and restore the state before")
 
 
+def _check(args: argparse.Namespace, project: Project) -> Check | None:
+    if not args.fixed_upstream:
+        return None
+    from builder.prove.fixed_upstream import checker  # noqa: PLC0415 (only this check needs build and verify)
+    # --json: stdout holds the JSON only
+    return checker(project, args.backend, None if args.json else CliProgress())
+
+
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.fixed_upstream and not args.onto:
+        raise InputError("--fixed-upstream goes with --onto (it runs before the series moves)")
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
             raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
-        return print_dry_run(dry_run_rebase(project, args.onto), args.json, "onto")
+        return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args.json, "onto")
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
@@ -38,7 +54,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     elif args.skip:
         result = skip_rebase(project)
     elif args.onto:
-        result = rebase(project, args.onto)
+        result = rebase(project, args.onto, _check(args, project))
     else:
         raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --skip / --abort)")
     if result.report is None:

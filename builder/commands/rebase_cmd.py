@@ -66,6 +66,12 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
                   f"pin {project.pin_file.name} and patches/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
+    if result.report is not None and result.report.range_diff:
+        console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
+        console.print(result.report.range_diff.rstrip("\n"), highlight=False, markup=False)
+    if result.report is not None and result.report.recovery_ref:
+        console.print(f"the series as it was: {result.report.recovery_ref} in the work repository "
+                      "(the way back: docs/upstream.md)", highlight=False)
     if result.dropped:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
     if result.skipped:

@@ -107,6 +107,10 @@ class RebaseReport:
     new_commit: str
     dry_run: bool
     patches: tuple[PatchReport, ...] = field(default_factory=tuple)
+    range_diff: str = ""
+    """A finished rebase: `git range-diff` of the old series against the new one."""
+    recovery_ref: str = ""
+    """A finished rebase: the ref of the work repository that holds the series as it was before."""
 
     @property
     def failed(self) -> tuple[PatchReport, ...]:
@@ -119,6 +123,8 @@ class RebaseReport:
                          "depends_on": p.depends_on,
                          **({"merged_as": p.merged_as} if p.merged_as else {}),
                          **({"fixed_upstream": p.fix.as_json()} if p.fix else {})} for p in self.patches],
+            **({"recovery_ref": self.recovery_ref} if self.recovery_ref else {}),
+            **({"range_diff": self.range_diff} if self.range_diff else {}),
         }
 
 

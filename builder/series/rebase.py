@@ -11,6 +11,7 @@ from pathlib import Path
 
 from builder.errors import InputError, WorkTreeError
 from builder.fsutil import atomic_write_text
+from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series import dryrun
@@ -68,14 +69,16 @@ def dry_run_rebase(project: Project, onto: str, check: Check | None = None) -> R
 
 
 def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...],
-                 predicted: RebaseReport | None = None) -> tuple[RebaseReport, Path]:
+                 predicted: RebaseReport | None = None, range_diff: str = "", recovery_ref: str = "",
+                 ) -> tuple[RebaseReport, Path]:
     """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`; `predicted`
     (the dry run made before moving, with its checks) adds each patch's upstream verdict."""
     before = {p.patch: p for p in predicted.patches} if predicted else {}
     report = dryrun.RebaseReport(old_pin.commit, new_pin.commit, False, tuple(
         dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
                            merged_as=before[o.name].merged_as if o.name in before else "",
-                           fix=before[o.name].fix if o.name in before else None) for o in outcomes))
+                           fix=before[o.name].fix if o.name in before else None) for o in outcomes),
+                                   range_diff=range_diff, recovery_ref=recovery_ref)
     path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
     atomic_write_text(path, json.dumps(report.as_json(), indent=1) + "\n")
     return report, path
@@ -127,16 +130,34 @@ def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseRes
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
+        # the way back, whatever happens next (docs/upstream.md): the series as it was, on its old base
+        if op.pre_head:
+            work.git.update_ref(before_ref(old_pin), op.pre_head, f"patchset: before rebase onto {new_pin.commit}")
         work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         work.start(op, mails, fetched.commit)
         outcomes = work.run_queue()
         return _finish(project, work, old_pin, new_pin, outcomes, predicted)
 
 
+def before_ref(old_pin: Pin) -> str:
+    """The recovery ref of a rebase: `patched` as it was before moving off `old_pin`."""
+    return f"refs/patchset/before-{old_pin.short}"
+
+
+def _range_diff(work: WorkRepo, old_base: str | None, old_head: str | None) -> str:
+    """`git range-diff` of the old series against the new one: what each patch became."""
+    if not old_base or not old_head:
+        return ""
+    r = work.git.run("range-diff", "--no-color", f"{old_base}..{old_head}", f"{UPSTREAM}..{PATCHED}",
+                     env=ISOLATED, check=False)
+    return r.stdout if r.returncode == 0 else ""
+
+
 def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcomes: list[PatchOutcome],
             predicted: RebaseReport | None = None) -> RebaseResult:
     state = work.load_state()
     named = state.op.named(outcomes) if state.op else tuple(outcomes)
+    old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
@@ -144,7 +165,8 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
-    report, report_file = write_report(project, old_pin, new_pin, named, predicted)
+    report, report_file = write_report(project, old_pin, new_pin, named, predicted,
+                                       _range_diff(work, old_base, old_head), before_ref(old_pin))
     return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)
 
 

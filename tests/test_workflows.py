@@ -173,3 +173,13 @@ def test_actionlint_is_clean() -> None:
     r = subprocess.run(["actionlint", "-oneline", *map(str, WORKFLOWS)], cwd=ROOT, capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed() -> None:
+    """bump.yml (issue 23): its own repository only, the CPU, and the dry run with each patch's test."""
+    calls = [argv for where, argv in CALLS if where.startswith("bump.yml")]
+    assert [c[0] for c in calls] == ["pin", "apply", "rebase", "bump"]
+    assert build_parser().parse_args(calls[3]).backend == "cpu"
+    assert {"--dry-run", "--fixed-upstream"} <= set(calls[2])
+    text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
+    assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import Proj, pin_toml
+from helpers import UPSTREAM_FILES, Proj, make_project, make_sdist, make_upstream, pin_toml, sdist_pin_sources
 from test_verify import GGML_CMAKE, commit_files, git, init_upstream
 
 from builder.cli import main
@@ -23,7 +23,7 @@ from builder.prove.fixed_upstream import checker
 from builder.prove.verify import available_backends
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
-from builder.series.rebase import rebase
+from builder.series.rebase import dry_run_rebase, rebase
 from builder.series.refresh import format_mails, write_series
 
 SPACER = "/* - */\n" * 7  # keeps each function's hunk out of its neighbours' context
@@ -166,12 +166,17 @@ def test_each_patch_gets_the_verdict_of_its_own_test(moved: tuple[Path, Path, di
     assert "partly fixed upstream" in out and "merged as " + commits["merged"][:12] in out
 
 
-def test_a_backend_not_here_cannot_tell_and_the_rebase_table_carries_it(proj: Proj) -> None:
-    """The tiny standard series, moved cleanly, checked on a backend this machine lacks: no build
-    at all, `cannot tell` with why, in the table the real rebase writes."""
+def _missing_backend() -> str:
     missing = next((b for b in ("metal", "cuda") if b not in available_backends()), None)
     if missing is None:
         pytest.skip("this machine has every backend")
+    return missing
+
+
+def test_a_backend_not_here_cannot_tell_and_the_rebase_table_carries_it(proj: Proj) -> None:
+    """The tiny standard series, moved cleanly, checked on a backend this machine lacks: no build
+    at all, `cannot tell` with why, in the table the real rebase writes."""
+    missing = _missing_backend()
     apply(proj.project)
     new = proj.upstream.advance({"README": "moved\n"}, "readme\n")
 
@@ -182,3 +187,21 @@ def test_a_backend_not_here_cannot_tell_and_the_rebase_table_carries_it(proj: Pr
     assert [(r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["evidence"]) for r in rows] == [
         ("clean", CANNOT_TELL, f"backend {missing} is not on this machine")] * 3
     assert not (proj.project.build_root / f"upstream-check-{missing}-minimal").exists()
+
+
+def test_pins_from_source_archives_have_no_history_to_compare(tmp_path: Path, cache_dir: Path) -> None:
+    """Both pins imported from sdists: the cache holds stand-in commits, not upstream's, so there
+    is nothing to compare patch-ids with; the check still runs (the backend answer here)."""
+    up = make_upstream(tmp_path)
+    archive = make_sdist(tmp_path / "dist" / "pkg-1.0.tar.gz", dict(UPSTREAM_FILES))
+    proj = make_project(tmp_path, up, cache_dir, sources=sdist_pin_sources(archive, bogus_git_first=False))
+    files = {**UPSTREAM_FILES, "README": "moved\n"}
+    new = up.advance({"README": "moved\n"}, "readme\n")
+    archive2 = make_sdist(tmp_path / "dist2" / "pkg-1.1.tar.gz", files)
+    new_pin = tmp_path / "new.toml"
+    new_pin.write_text(pin_toml(new, up.tree_of(new), sdist_pin_sources(archive2, bogus_git_first=False)))
+
+    report = dry_run_rebase(proj.project, str(new_pin), checker(proj.project, _missing_backend()))
+
+    assert [(p.outcome, p.merged_as, p.fix.verdict if p.fix else None) for p in report.patches] == [
+        ("clean", "", CANNOT_TELL)] * 3

@@ -17,7 +17,7 @@ the patch's tests on it:
 The trees are checked out one after another into one source folder
 (`.patchset/upstream-check/src`, switched with `read-tree -u`, which rewrites only the files that
 differ) and built in one build folder per backend (`.patchset/build/upstream-check-<backend>-minimal`),
-so neighbouring trees recompile little; ccache shares the objects with verify's builds. Verify's
+so neighbouring trees recompile only the files that differ. Verify's
 own build folders are not used: CMake binds a build folder to one source folder, and switching
 verify's between its trees and these would rebuild both every time.
 """

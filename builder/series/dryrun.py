@@ -38,7 +38,7 @@ from builder.gitrepo import ISOLATED, GitRepo, init_repo
 from builder.project import Project
 from builder.series.model import Patch, load_series
 from builder.upstream import fetch as upstream
-from builder.upstream.fetch import merge_shallow
+from builder.upstream.fetch import Fetched, merge_shallow
 from builder.upstream.pin import GitSource, Pin, load_pin
 
 CLEAN = "clean"
@@ -278,8 +278,7 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
         # patch is clean, found in one `git apply` instead of several processes a patch
         if mails and sc.applies_all(new.tree, mails) and (old.tree == new.tree or sc.applies_all(old.tree, mails)):
             report = RebaseReport(old_pin.commit, new_commit, True, tuple(PatchReport(name, CLEAN) for name in names))
-            return report if check is None else _checked(sc, series.patches, report, old.tree, new.tree, new.repo,
-                                                         check, new_pin)
+            return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
         # the series on its own base first: every patch must apply there, and applying writes the
         # intermediate blobs that the 3-way merges on the new base need (the patches name them)
         tree = old.tree
@@ -289,24 +288,28 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
                 raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
                                   "run `patchset apply` to see where")
         report = RebaseReport(old_pin.commit, new_commit, True, tuple(_table(sc, names, mails, new.tree, old.tree)))
-        return report if check is None else _checked(sc, series.patches, report, old.tree, new.tree, new.repo, check,
-                                                     new_pin)
+        return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
 
 
-def _checked(sc: _Scratch, patches: tuple[Patch, ...], report: RebaseReport, old_tree: str, new_tree: str,
-             new_repo: Path, check: Check, new_pin: Pin) -> RebaseReport:
+def _checked(sc: _Scratch, patches: tuple[Patch, ...], report: RebaseReport, old: Fetched, new: Fetched,
+             check: Check, new_pin: Pin) -> RebaseReport:
     """The report with patch-id matches and `check`'s verdict on every row."""
     old_bases: list[str] = []
     new_bases: list[str] = []
-    old_at, new_at = old_tree, new_tree
+    old_at, new_at = old.tree, new.tree
     for p, row in zip(patches, report.patches, strict=True):
         old_bases.append(old_at)
         new_bases.append(new_at)
         old_at = sc.stack(old_at, [p.path])
         if row.outcome in (CLEAN, THREE_WAY):
             new_at = sc.stack(new_at, [p.path])
-    _history(sc.git, new_repo, new_pin, report.old_commit, report.new_commit)
-    merged = merged_as(sc.git, report.old_commit, report.new_commit, [p.path for p in patches])
+    merged: dict[str, str] = {}
+    # a pin imported from a source archive is a stand-in commit without history: nothing to compare
+    if (old.commit, new.commit) == (report.old_commit, report.new_commit):
+        _history(sc.git, new.repo, new_pin, old.commit, new.commit)
+        merged = merged_as(sc.git, old.commit, new.commit, [p.path for p in patches])
+    else:
+        merge_shallow(new.repo, sc.git.path)
     fixes = check(Moved(sc.git, patches, report.old_commit, report.new_commit, tuple(old_bases), tuple(new_bases),
                         report))
     rows = tuple(dataclasses.replace(row, merged_as=merged.get(row.patch, ""), fix=fixes.get(row.patch))

@@ -13,7 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import UPSTREAM_FILES, Proj, make_project, make_sdist, make_upstream, pin_toml, sdist_pin_sources
+from helpers import (
+    STANDARD_NAMES,
+    UPSTREAM_FILES,
+    Proj,
+    make_project,
+    make_sdist,
+    make_upstream,
+    pin_toml,
+    sdist_pin_sources,
+)
 from test_verify import GGML_CMAKE, commit_files, git, init_upstream
 
 from builder.cli import main
@@ -205,3 +214,18 @@ def test_pins_from_source_archives_have_no_history_to_compare(tmp_path: Path, ca
 
     assert [(p.outcome, p.merged_as, p.fix.verdict if p.fix else None) for p in report.patches] == [
         ("clean", "", CANNOT_TELL)] * 3
+
+
+def test_only_a_backend_of_the_proof_is_asked(proj: Proj) -> None:
+    """A Metal fix's CPU test passes without the fix (the bug is not on the CPU): asking the CPU
+    whether upstream fixed it would say `fixed upstream` for every such patch."""
+    first = proj.patches / STANDARD_NAMES[0]
+    first.write_text(first.read_text().replace("Patchset-Backends: cpu\n", "Patchset-Backends: metal\n")
+                     .replace("Patchset-Test: test-x\n", "Patchset-Test: [cpu,metal] test-x\n"))
+    apply(proj.project)
+    new = proj.upstream.advance({"README": "moved\n"}, "readme\n")
+
+    report = dry_run_rebase(proj.project, new, checker(proj.project, "cpu"))
+
+    fix = report.patches[0].fix
+    assert fix is not None and (fix.verdict, fix.evidence) == (CANNOT_TELL, "the proof runs on metal, not on cpu")

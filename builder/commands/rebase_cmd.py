@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run each patch's failing-before test on the new upstream without the fix (builds: "
                         "slow on the real tree) and say whether upstream fixed it; and which patches upstream "
                         "merged as they are (patch-id)")
-    p.add_argument("--backend", default="cpu", help="with --fixed-upstream: the backend to run the tests on (cpu)")
+    p.add_argument("--backend", help="with --fixed-upstream: the backend to run the tests on (default: for each patch "
+                                     "the first of its Patchset-Backends this machine has)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")

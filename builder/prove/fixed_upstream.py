@@ -52,46 +52,66 @@ class _Run:
     summary: str = ""
 
 
-def checker(project: Project, backend: str = "cpu", progress: ProgressSink | None = None, jobs: int | None = None,
-            timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> Check:
-    """The check `dryrun.dry_run` runs on what it made: a verdict per patch that declares a test."""
+def checker(project: Project, backend: str | None = None, progress: ProgressSink | None = None,
+            jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> Check:
+    """The check `dryrun.dry_run` runs on what it made: a verdict per patch. Each patch is tested on
+    `backend`, or (None) on the first backend of its `Patchset-Backends` (where its proof runs) that
+    this machine has."""
     def check(moved: Moved) -> dict[str, UpstreamFix]:
         return _Checker(project, backend, progress or NullProgress(), jobs, timeout, moved).run()
     return check
 
 
 class _Checker:
-    def __init__(self, project: Project, backend: str, progress: ProgressSink, jobs: int | None,
+    def __init__(self, project: Project, backend: str | None, progress: ProgressSink, jobs: int | None,
                  timeout: float | None, moved: Moved) -> None:
         self.project, self.backend, self.progress, self.jobs, self.timeout = project, backend, progress, jobs, timeout
         self.moved = moved
         self.root = project.state_dir / "upstream-check"
         self.src = self.root / "src"
         self.index = self.root / "index"
+        self.here = available_backends()
+        self._runs: dict[tuple[str, str, str], _Run] = {}
+        """(patch, backend, tree) -> its run: the old and the new tree of a patch are one when
+        upstream did not change what the test part is built from."""
 
     def run(self) -> dict[str, UpstreamFix]:
         out: dict[str, UpstreamFix] = {}
-        here = self.backend in available_backends()
         for k, patch in enumerate(self.moved.patches):
-            tests = [t for t in patch.meta.tests if t.runs_on(self.backend, patch.meta.backends)]
-            if not here:
-                out[patch.name] = UpstreamFix(CANNOT_TELL, evidence=f"backend {self.backend} is not on this machine")
-            elif not tests:
-                out[patch.name] = UpstreamFix(CANNOT_TELL, evidence=f"no test of the patch runs on {self.backend}")
+            backend, why_not = self._backend_for(patch)
+            if not backend:
+                out[patch.name] = UpstreamFix(CANNOT_TELL, evidence=why_not)
             elif patch.meta.test_in_tree:
                 out[patch.name] = UpstreamFix(CANNOT_TELL, evidence="the patch fixes the test program itself "
                                               "(Patchset-Test-Paths: none): it has no test part to run alone")
             else:
-                out[patch.name] = self._one(k, patch, tests)
+                tests = [t for t in patch.meta.tests if t.runs_on(backend, patch.meta.backends)]
+                out[patch.name] = self._one(k, patch, backend, tests)
         return out
 
-    def _one(self, k: int, patch: Patch, tests: list[TestSpec]) -> UpstreamFix:
+    def _backend_for(self, patch: Patch) -> tuple[str, str]:
+        """(the backend to test the patch on, '') or ('', why none). Only a backend of the patch's
+        proof counts: on the others its test passes without the fix (a Metal fix on the CPU)."""
+        proof = patch.meta.backends
+        reasons = []
+        for b in [self.backend] if self.backend else list(proof):
+            if b not in self.here:
+                reasons.append(f"backend {b} is not on this machine")
+            elif b not in proof:
+                reasons.append(f"the proof runs on {', '.join(proof) or 'no backend'}, not on {b}")
+            elif not any(t.runs_on(b, proof) for t in patch.meta.tests):
+                reasons.append(f"no test of the patch runs on {b}")
+            else:
+                return b, ""
+        return "", "; ".join(reasons) or "the patch names no backend (Patchset-Backends)"
+
+    def _one(self, k: int, patch: Patch, backend: str, tests: list[TestSpec]) -> UpstreamFix:
         earlier = sum(1 for r in self.moved.report.patches[:k] if r.outcome in ("clean", "3-way"))
-        where = f"the test part on {self.moved.new_commit[:12]} with {earlier} earlier patch(es)"
+        where = f"[{backend}] the test part on {self.moved.new_commit[:12]} with {earlier} earlier patch(es)"
         tree = self._test_part(self.moved.new_bases[k], patch)
         if tree is None:
             return UpstreamFix(CANNOT_TELL, evidence=f"the test part does not apply on {self.moved.new_commit[:12]}")
-        new = self._run(tree, patch, tests, "new")
+        new = self._run(tree, patch, backend, tests, "new")
         if not new.built:
             if patch.meta.before == "build-fails" and new.only_tests:
                 return UpstreamFix(NOT_FIXED, evidence=f"{where} still fails to compile in the test paths "
@@ -102,7 +122,7 @@ class _Checker:
         if not new.failing:
             return UpstreamFix(FIXED, evidence=f"{where}: {new.summary}")
         old_tree = self._test_part(self.moved.old_bases[k], patch)
-        old = self._run(old_tree, patch, tests, "old") if old_tree else _Run(False)
+        old = self._run(old_tree, patch, backend, tests, "old") if old_tree else _Run(False)
         if not old.built or not old.failing:
             if patch.meta.before == "build-fails":
                 return UpstreamFix(NOT_FIXED, still_failing=new.failing,
@@ -151,27 +171,36 @@ class _Checker:
             self.src.mkdir(parents=True)
             git.run(f"--work-tree={self.src}", "read-tree", "--reset", "-u", tree, env=env)
 
-    def _run(self, tree: str, patch: Patch, tests: list[TestSpec], kind: str) -> _Run:
+    def _run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
+        key = (patch.name, backend, tree)
+        if key not in self._runs:
+            self._runs[key] = self._build_and_run(tree, patch, backend, tests, kind)
+        return self._runs[key]
+
+    def _build_and_run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
         self._checkout(tree)
         programs = tuple(dict.fromkeys(t.program for t in tests))
         spec = buildmod.BuildSpec(source=self.src, build_dir=self.project.build_root /
-                                  f"upstream-check-{self.backend}-minimal", backend=self.backend, targets="minimal",
+                                  f"upstream-check-{backend}-minimal", backend=backend, targets="minimal",
                                   programs=programs, build_targets=programs, jobs=self.jobs)
-        self.progress.begin(f"{patch.name} [{self.backend}] {kind} upstream, without the fix: building", None)
+        self.progress.begin(f"{patch.name} [{backend}] {kind} upstream, without the fix: building", None)
         result = buildmod.build(spec)
         self.progress.end()
         if not result.ok:
             err = result.first_error
-            errors = (f"{err.file}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
-            only = err is not None and any(_under(err.file, p, self.src) for p in patch.meta.test_paths or ("tests",))
+            # the file as a path of the tree: the report may leave the machine (the bump's pull request)
+            rel = _in_tree(err.file, self.src) if err else ""
+            errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
+            only = err is not None and any(rel == p or rel.startswith(p.rstrip("/") + "/")
+                                           for p in patch.meta.test_paths or ("tests",))
             return _Run(False, errors, only)
         failing: list[str] = []
         summaries = []
         checked = False
-        logs = self.root / "logs" / patch.name.removesuffix(".patch") / self.backend
+        logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
         for i, t in enumerate(tests, 1):
-            inv = _invocation(t, self.backend)
-            self.progress.begin(f"{patch.name} [{self.backend}] {kind} upstream: {inv.program}", None)
+            inv = _invocation(t, backend)
+            self.progress.begin(f"{patch.name} [{backend}] {kind} upstream: {inv.program}", None)
             r = testrun.run_program(result.bin_dir, inv, logs / f"{kind}-{i}-{inv.program}.log", timeout=self.timeout)
             self.progress.end()
             cases = [f"{t.program} {c.case_id}" for c in r.cases if c.status in (testrun.FAIL, testrun.CRASH)]
@@ -183,11 +212,10 @@ class _Checker:
         return _Run(True, failing=tuple(failing), checked=checked, summary="; ".join(summaries))
 
 
-def _under(file: str, path: str, src: Path) -> bool:
-    """Is the compiler's `file` (absolute, or relative to the tree) inside the tree's `path`?"""
+def _in_tree(file: str, src: Path) -> str:
+    """The compiler's `file` (absolute, or relative to the tree) as a path of the tree."""
     f = Path(file)
-    rel = f.relative_to(src).as_posix() if f.is_absolute() and f.is_relative_to(src) else f.as_posix()
-    return rel == path or rel.startswith(path.rstrip("/") + "/")
+    return f.relative_to(src).as_posix() if f.is_absolute() and f.is_relative_to(src) else f.as_posix()
 
 
 def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:

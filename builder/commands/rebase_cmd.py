@@ -8,6 +8,7 @@ from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.dryrun import Check
+from builder.series.model import BACKENDS
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
@@ -23,8 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run each patch's failing-before test on the new upstream without the fix (builds: "
                         "slow on the real tree) and say whether upstream fixed it; and which patches upstream "
                         "merged as they are (patch-id)")
-    p.add_argument("--backend", help="with --fixed-upstream: the backend to run the tests on (default: for each patch "
-                                     "the first of its Patchset-Backends this machine has)")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="with --fixed-upstream: the backend to run the tests on (default: for each patch the first "
+                        "of its Patchset-Backends this machine has)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")

@@ -18,6 +18,11 @@ Per patch, in series order, on the tree carried so far:
   apply there once the failed patches are left out (its context holds lines they add or change).
   It names the first failed patch whose presence makes it apply again. Such a patch is not tried
   on the new base: a 3-way merge would "succeed" by dropping the lines it builds on.
+
+`apply --dry-run` (`dry_run_apply`) makes the same table for a series with no old base here: there
+`depends` is read from the blob ids the diffs name. A rebase dry run with a `Check` also hands the
+trees it made to that check (`builder.prove.fixed_upstream`: each patch's own test, without the
+fix, on the new upstream) and compares patch-ids with the commits between the pins.
 """
 
 from __future__ import annotations
@@ -263,8 +268,9 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
     """Try the series of `patches/` on `new_pin`'s tree; nothing in the project changes.
 
     Both pins are fetched into the cache when they are not there yet (that is all it writes).
-    With `check`, each row also says whether upstream fixed the patch's bug (see `Moved`), and
-    which patches upstream merged as they are (patch-id over the history the cache holds).
+    With `check`, each row also says whether upstream fixed the patch's bug (see `Moved`; the
+    check builds in its own folders under the state folder), and which patches upstream merged as
+    they are (patch-id over the commits between the pins, fetched from the new pin's git source).
     """
     old_pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)

@@ -423,9 +423,10 @@ def _submit(ctx: _Ctx, patch: Patch, vdir: Path, has_issue: bool, issue_title: s
     lines += [
         f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug_of(patch)}\" "
         f"--title {shlex.quote(subject)} --body-file PR.md",
-        "# Once sent, record it in the fork: on the patch's commit in the work repository set the trailer",
-        "# `Patchset-Upstream: sent <the pull request's URL>` (later `merged <upstream commit>` or",
-        "# `rejected <URL>`), then run `patchset refresh` (docs/series-format.md).",
+        # the trailer's own name stays out: no package file carries our trailers
+        "# Once sent, record it in the fork: set the upstream status of the patch's commit in the work",
+        "# repository to `sent <the pull request's URL>` (later `merged <upstream commit>` or",
+        "# `rejected <URL>`; docs/series-format.md), then run `patchset refresh`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -55,8 +55,17 @@ def _touched(proj: Proj) -> dict[str, object]:
                             if not p.name.startswith("lock")) if state.exists() else []}
 
 
-def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("abbreviated", [False, True], ids=["full-index", "abbreviated-index"])
+def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.CaptureFixture[str],
+                                               abbreviated: bool) -> None:
     names = _foreign(proj)
+    if abbreviated:  # as most tools write mails (Ollama's patches too): `index 1a2b3c4..5d6e7f8`;
+        # patch 2 keeps its full ids: the ids are compared on their common prefix
+        for name in (names[0], names[2], names[3]):
+            path = proj.patches / name
+            path.write_text(re.sub(r"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}",
+                                   r"index \1..\2", path.read_text(), flags=re.M))
+        assert re.search(r"^index [0-9a-f]{7}\.\.", (proj.patches / names[2]).read_text(), re.M)
     before = _touched(proj)
 
     report = dry_run_apply(proj.project)

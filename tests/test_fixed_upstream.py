@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    B_C,
     STANDARD_NAMES,
     UPSTREAM_FILES,
     Proj,
@@ -26,13 +27,14 @@ from helpers import (
 from test_verify import GGML_CMAKE, commit_files, git, init_upstream
 
 from builder.cli import main
+from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove.fixed_upstream import checker
 from builder.prove.verify import available_backends
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
-from builder.series.rebase import dry_run_rebase, rebase
+from builder.series.rebase import dry_run_rebase, rebase, skip_rebase
 from builder.series.refresh import format_mails, write_series
 
 SPACER = "/* - */\n" * 7  # keeps each function's hunk out of its neighbours' context
@@ -229,3 +231,21 @@ def test_only_a_backend_of_the_proof_is_asked(proj: Proj) -> None:
 
     fix = report.patches[0].fix
     assert fix is not None and (fix.verdict, fix.evidence) == (CANNOT_TELL, "the proof runs on metal, not on cpu")
+
+
+def test_a_rebase_stopped_at_a_conflict_keeps_its_verdicts_for_the_final_table(proj: Proj) -> None:
+    missing = _missing_backend()
+    apply(proj.project)
+    new = proj.upstream.advance({"src/b.c": B_C.replace("int b_len(const char *s) {\n",
+                                                        "int b_len(const char *s) {\n    if (!s) return -1;\n")},
+                                "b: reject NULL\n")
+    with pytest.raises(ConflictError):
+        rebase(proj.project, new, checker(proj.project, missing))
+
+    result = skip_rebase(proj.project)
+
+    assert result.report is not None and result.report_file is not None
+    assert [(p.outcome, p.fix.verdict if p.fix else None) for p in result.report.patches] == [
+        ("clean", CANNOT_TELL), ("skipped", CANNOT_TELL), ("clean", CANNOT_TELL)]
+    assert json.loads(result.report_file.read_text()) == result.report.as_json()
+    assert not list(proj.project.state_dir.glob("*.checked.json"))

@@ -121,6 +121,16 @@ class RebaseReport:
     def failed(self) -> tuple[PatchReport, ...]:
         return tuple(p for p in self.patches if p.failed)
 
+    @classmethod
+    def from_json(cls, data: dict) -> RebaseReport:
+        """The report `as_json` wrote."""
+        rows = tuple(PatchReport(
+            r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
+            UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
+            if (f := r.get("fixed_upstream")) else None) for r in data["patches"])
+        return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
+                   data.get("recovery_ref", ""))
+
     def as_json(self) -> dict:
         return {
             "old": self.old_commit, "new": self.new_commit, "dry_run": self.dry_run,

@@ -115,6 +115,10 @@ def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseRes
             raise WorkTreeError(f"{work.path}: refusing to rebase: " + "; ".join(reasons)
                                 + ". Run `patchset refresh` or commit/stash first")
         predicted = dryrun.dry_run(project, new_pin, check) if check else None
+        if predicted is not None:
+            # kept for the final table of a rebase that stops at a conflict and goes on later
+            atomic_write_text(_checked_file(project, old_pin, new_pin),
+                              json.dumps(predicted.as_json(), indent=1) + "\n")
         fetched = upstream.fetch(project.cache_dir, new_pin)
         if not new_pin.tree:
             note = f"Tree of commit {new_pin.commit} as fetched from {fetched.source}."
@@ -139,6 +143,11 @@ def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseRes
         return _finish(project, work, old_pin, new_pin, outcomes, predicted)
 
 
+def _checked_file(project: Project, old_pin: Pin, new_pin: Pin) -> Path:
+    """The dry run with its upstream checks that a rebase made before moving (until it finishes)."""
+    return project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.checked.json"
+
+
 def before_ref(old_pin: Pin) -> str:
     """The recovery ref of a rebase: `patched` as it was before moving off `old_pin`."""
     return f"refs/patchset/before-{old_pin.short}"
@@ -157,6 +166,10 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
             predicted: RebaseReport | None = None) -> RebaseResult:
     state = work.load_state()
     named = state.op.named(outcomes) if state.op else tuple(outcomes)
+    checked = _checked_file(project, old_pin, new_pin)
+    if predicted is None and checked.is_file():
+        predicted = dryrun.RebaseReport.from_json(json.loads(checked.read_text()))
+    checked.unlink(missing_ok=True)
     old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
@@ -200,3 +213,5 @@ def abort_rebase(project: Project) -> None:
         if state is None or state.op is None or state.op.kind != "rebase":
             raise WorkTreeError(f"{project.work_repo}: no rebase is stopped at a conflict")
         work.abort_op()
+        for stale in project.state_dir.glob("rebase-*.checked.json"):
+            stale.unlink(missing_ok=True)

@@ -63,7 +63,9 @@ def test_status_json_lists_patches(proj: Proj) -> None:
     assert [p["name"] for p in data["patches"]] == STANDARD_NAMES
     assert [p["index"] for p in data["patches"]] == [1, 2, 3]
     assert all(p["applied"] and not p["dirty"] for p in data["patches"])
-    assert data["patches"][1]["upstream_status"] == "submitted https://github.com/ggml-org/llama.cpp/pull/1"
+    # the deprecated `Patchset-Status: submitted URL` of the fixture, in Patchset-Upstream's words
+    assert [(p["upstream"], p["upstream_ref"]) for p in data["patches"]] == [
+        ("not-sent", ""), ("sent", "https://github.com/ggml-org/llama.cpp/pull/1"), ("not-sent", "fork-only")]
 
 
 def test_status_before_apply_and_with_extra_commit(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:

@@ -269,6 +269,9 @@ def test_pr_and_issue_follow_the_tree_templates(tproj: Proj, tmp_path: Path, cac
     assert "gh issue create" in submit and "--title 'Misc. bug: [FILL IN" in submit
     assert "gh pr create --draft" in submit and "--title 'a : widen the sum'" in submit
     assert f"push \"$FORK\" pr/{result.packages[0].slug}" in submit and "--body-file PR.md" in submit
+    # after sending, how to record it (issue 23): the trailer to set and the verb that writes it back
+    assert "upstream status" in submit and "`sent <the pull request's URL>`" in submit
+    assert "`patchset refresh`" in submit
 
     # another tree, other templates: another layout
     other = tmp_path / "other"
@@ -357,7 +360,8 @@ def test_cover_lists_the_series(tproj: Proj) -> None:
     cover = result.cover.read_text()
     for n, name in enumerate(tproj.series(), 1):
         assert re.search(rf"^\| {n} \| .* \| {name.removesuffix('.patch')}/v1 \|", cover, re.M), cover
-    assert "submitted https://github.com/ggml-org/llama.cpp/pull/1" in cover
+    # the deprecated `Patchset-Status: submitted URL` of the fixture, in Patchset-Upstream's words
+    assert "sent https://github.com/ggml-org/llama.cpp/pull/1" in cover
 
 
 # -- pieces ---------------------------------------------------------------------------------------

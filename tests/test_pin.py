@@ -169,3 +169,22 @@ def test_bad_arguments_are_one_line_errors(proj: Proj, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_held_release_is_never_pinned(proj: Proj, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """upstream/hold lists upstream commits and tags known to be bad (issue 23): pin refuses them."""
+    new = proj.upstream.advance({"README": "tiny upstream, broken\n"}, "readme\n")
+    git(proj.upstream.bare, "tag", "b2", new)
+    hold = proj.project.pin_file.parent / "hold"
+    out = tmp_path / "b2.toml"
+    hold.write_text(f"# known bad\n{new[:10]} breaks the Metal build (see #123)\n")
+    assert _pin(proj, "--git", proj.upstream.url, "b2", "--out", str(out)) == 2
+    assert f"{hold}:2: b2 is held ({new[:10]}: breaks the Metal build (see #123))" in capsys.readouterr().err
+    assert not out.exists()
+    hold.write_text("b2 the tag itself\n")
+    assert _pin(proj, "--git", proj.upstream.url, "b2", "--out", str(out)) == 2
+    hold.write_text("b3 another release\n")
+    assert _pin(proj, "--git", proj.upstream.url, "b2", "--out", str(out)) == 0
+    hold.write_text("b2\n")
+    assert _pin(proj, "--git", proj.upstream.url, "b2", "--out", str(tmp_path / "x.toml")) == 2
+    assert f"{hold}:1: expected '<commit or tag> <reason>'" in capsys.readouterr().err

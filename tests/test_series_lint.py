@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from helpers import STANDARD_NAMES, Proj
 
 from builder.cli import main
 from builder.errors import SeriesError
-from builder.series.model import Finding, lint, load_series
+from builder.series.model import Finding, deprecations, lint, load_series
 
 
 def _line(path: Path, needle: str) -> int:
@@ -35,8 +36,9 @@ def test_clean_series_has_no_findings(proj: Proj, capsys: pytest.CaptureFixture[
     assert findings == []
     assert [p.name for p in series.patches] == STANDARD_NAMES
     p2 = series.patches[1]
-    assert p2.meta.status == "submitted"
-    assert p2.meta.status_ref == "https://github.com/ggml-org/llama.cpp/pull/1"
+    # the fixture's deprecated `Patchset-Status: submitted URL`, read in Patchset-Upstream's words
+    assert (p2.meta.upstream, p2.meta.upstream_ref, p2.meta.upstream_from) == (
+        "sent", "https://github.com/ggml-org/llama.cpp/pull/1", "Patchset-Status")
     assert p2.meta.backends == ("cpu", "cuda")
     assert [str(t) for t in p2.meta.tests] == ["[cpu] test-x --fast"]
     assert p2.meta.before == "build-fails"
@@ -170,13 +172,13 @@ def test_origin_and_effect_trailers_are_read(proj: Proj) -> None:
 
 def test_strict_requires_an_origin(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     assert lint(proj.patches)[1] == []
-    findings = lint(proj.patches, strict=True)[1]
-    assert [(f.file.name, "Patchset-Origin" in f.message) for f in findings] == [(n, True) for n in STANDARD_NAMES]
+    findings = [f for f in lint(proj.patches, strict=True)[1] if "Patchset-Origin" in f.message]
+    assert [f.file.name for f in findings] == STANDARD_NAMES
     assert main(["--project", str(proj.root), "check", "--strict"]) == 1
     assert "no Patchset-Origin trailer" in capsys.readouterr().out
     for name in STANDARD_NAMES:
         _edit(proj.patches / name, "Patchset-Status:", "Patchset-Origin: 0123abcd\nPatchset-Status:")
-    assert lint(proj.patches, strict=True)[1] == []
+    assert [f for f in lint(proj.patches, strict=True)[1] if "Patchset-Origin" in f.message] == []
 
 
 def test_bad_origin_value(proj: Proj) -> None:
@@ -227,3 +229,72 @@ def test_hunk_rules_mutations_and_test_paths_none(proj: Proj) -> None:
     assert meta.test_in_tree and meta.test_paths == ()
     assert [str(r) for r in meta.hunks] == ["src/a.c:6-7", "src/a.c:a_value() exempt: a log line only"]
     assert not meta.hunks[0].exempt and meta.hunks[1].exempt
+
+
+def test_upstream_trailer_each_value_and_status_shows_it(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    values = {
+        STANDARD_NAMES[0]: ("merged 0123abcd4567", ("merged", "0123abcd4567")),
+        STANDARD_NAMES[1]: ("rejected https://github.com/ggml-org/llama.cpp/pull/1 (wants a test)",
+                            ("rejected", "https://github.com/ggml-org/llama.cpp/pull/1 (wants a test)")),
+        STANDARD_NAMES[2]: ("not-needed upstream fixed it in 89abcdef",
+                            ("not-needed", "upstream fixed it in 89abcdef")),
+    }
+    for name, (value, _) in values.items():
+        path = proj.patches / name
+        text = path.read_text()
+        start = text.index("Patchset-Status:")
+        path.write_text(text[:start] + f"Patchset-Upstream: {value}" + text[text.index("\n", start):])
+    series, findings = lint(proj.patches, strict=False)
+    assert findings == []
+    assert [(p.meta.upstream, p.meta.upstream_ref) for p in series.patches] == [v for _, v in values.values()]
+    assert deprecations(series) == []
+
+    assert main(["--project", str(proj.root), "status", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["patches"]
+    assert [(r["upstream"], r["upstream_ref"]) for r in rows] == [v for _, v in values.values()]
+    assert main(["--project", str(proj.root), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "rejected" in out and "not-needed" in out and "merged" in out
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("pending", "is not one of not-sent, sent, merged, rejected, not-needed"),
+    ("sent", "needs the pull request's URL"),
+    ("sent github.com/x/y/pull/1", "needs the pull request's URL"),
+    ("rejected", "needs the pull request's URL"),
+    ("merged", "needs the upstream commit id or a URL"),
+    ("not-needed", "needs a reason"),
+])
+def test_a_bad_upstream_value_is_located(proj: Proj, value: str, why: str) -> None:
+    path = proj.patches / STANDARD_NAMES[0]
+    _edit(path, "Patchset-Status: pending\n", f"Patchset-Upstream: {value}\n")
+    f = _only(lint(proj.patches)[1])
+    assert (f.file, f.line) == (path, _line(path, f"Patchset-Upstream: {value}"))
+    assert why in f.message
+
+
+def test_old_status_trailer_is_read_with_a_deprecation_line_and_fails_strict(
+        proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--project", str(proj.root), "check"]) == 0
+    out = capsys.readouterr().out
+    first = proj.patches / STANDARD_NAMES[0]
+    assert (f"deprecated: {first}:{_line(first, 'Patchset-Status:')}: Patchset-Status is deprecated: "
+            "write `Patchset-Upstream: not-sent` instead") in out.replace("\n", "")
+    assert "`Patchset-Upstream: not-sent fork-only`" in out.replace("\n", "")
+    # --strict wants the new trailer on every patch
+    strict = [f for f in lint(proj.patches, strict=True)[1] if "Patchset-Upstream" in f.message]
+    assert [f.file.name for f in strict] == STANDARD_NAMES
+    # both at once: which one counts would be a guess
+    _edit(first, "Patchset-Status: pending\n", "Patchset-Status: pending\nPatchset-Upstream: not-sent\n")
+    f = _only(lint(proj.patches)[1])
+    assert "both given" in f.message and f.line == _line(first, "Patchset-Upstream:")
+
+
+def test_strict_accepts_a_series_with_upstream_and_origin(proj: Proj) -> None:
+    for name in STANDARD_NAMES:
+        path = proj.patches / name
+        text = path.read_text()
+        start = text.index("Patchset-Status:")
+        path.write_text(text[:start] + "Patchset-Origin: 0123abcd\nPatchset-Upstream: not-sent"
+                        + text[text.index("\n", start):])
+    assert lint(proj.patches, strict=True)[1] == []

@@ -152,7 +152,7 @@ def test_prepare_stages_the_patched_tree_with_provenance_and_version(wproj: tupl
     names = p.series()
     assert [x["file"] for x in data["series"]["patches"]] == names
     assert [x["sha256"] for x in data["series"]["patches"]] == [sha256(p.patches / n) for n in names]
-    assert [x["status"] for x in data["series"]["patches"]] == ["pending", "submitted"]
+    assert [x["status"] for x in data["series"]["patches"]] == ["not-sent", "sent"]  # Patchset-Upstream's words
     assert data["series"]["patches"][1]["status_ref"] == "https://github.com/ggml-org/llama.cpp/pull/2"
     assert data["bindings"] == {"name": "llama_cpp_python", "version": "1.2.3", "sdist": archive.name,
                                 "sdist_sha256": sha256(archive), "source": data["bindings"]["source"]}

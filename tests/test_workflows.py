@@ -259,3 +259,13 @@ def test_the_metal_workflow_steps_produce_their_outputs_on_linux(tmp_path: Path)
         row = next((line for line in text.splitlines() if patch in line), None)
         assert row is not None, f"{patch} missing from the report artifact:\n{text}"
         assert cells["cpu"] in row
+
+
+def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed() -> None:
+    """bump.yml (issue 23): its own repository only, the CPU, and the dry run with each patch's test."""
+    calls = [argv for where, argv in CALLS if where.startswith("bump.yml")]
+    assert [c[0] for c in calls] == ["pin", "apply", "rebase", "bump"]
+    assert build_parser().parse_args(calls[3]).backend == "cpu"
+    assert {"--dry-run", "--fixed-upstream"} <= set(calls[2])
+    text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
+    assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text

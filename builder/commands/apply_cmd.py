@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands.dryrun_view import print_dry_run
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import InputError, Outcome
 from builder.project import Project
-from builder.series.apply import abort_apply, apply, continue_apply
+from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
 from builder.series.workrepo import PatchOutcome
 
 NAME = "apply"
@@ -16,6 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--abort", action="store_true", help="give up a stopped apply and restore the state before")
+    g.add_argument("--dry-run", action="store_true",
+                   help="try every patch on the pin in a scratch index and print the rebase --dry-run table; "
+                        "change nothing (for a series not applied yet, or whose old base is gone)")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the table as JSON")
     p.add_argument("--force", action="store_true",
                    help="re-apply even over uncommitted work or unsaved commits (saved under refs/patchset/backup/)")
 
@@ -26,6 +31,12 @@ def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> N
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.dry_run:
+        if args.force:
+            raise InputError("--dry-run changes nothing: --force has no meaning with it")
+        return print_dry_run(dry_run_apply(project), args.json, "on the pin")
+    if args.json:
+        raise InputError("--json goes with --dry-run")
     if args.abort:
         abort_apply(project)
         console.print("apply aborted; the work repository is back where it was")

@@ -5,7 +5,7 @@ import argparse
 from builder.console import console
 from builder.errors import Outcome
 from builder.project import Project
-from builder.series.model import lint
+from builder.series.model import deprecations, lint
 
 NAME = "check"
 HELP = "lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers"
@@ -13,13 +13,16 @@ HELP = "lint the series: missing, unlisted or duplicate patches, unparseable dif
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
-                   help="also require a Patchset-Origin trailer on every patch, and a trailer block git reads whole")
+                   help="also require Patchset-Origin and Patchset-Upstream trailers on every patch, and a trailer "
+                        "block git reads whole")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
+    for d in deprecations(series):
+        console.print(f"deprecated: {d}", highlight=False, markup=False)
     if findings:
         console.print(f"{len(findings)} problem(s) in {project.patches_dir}")
         return Outcome.FAILED

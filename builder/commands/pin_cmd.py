@@ -8,6 +8,7 @@ from builder.errors import InputError, Outcome, PinError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress
 from builder.project import Project
+from builder.upstream.hold import held, load_holds
 from builder.upstream.pin import GitSource, dump_pin, load_pin
 from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest, make_pin
 
@@ -53,6 +54,11 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     # printed to stdout, the pin must be the only thing there
     result = make_pin(project.cache_dir, req, CliProgress() if out else NullProgress())
     pin = result.pin
+    hold_file = project.pin_file.parent / "hold"
+    hold = held(load_holds(hold_file), pin)
+    if hold is not None:
+        raise InputError(f"{hold_file}:{hold.line}: {pin.tag or pin.commit} is held ({hold.ref}: {hold.reason}); "
+                         "no pin written")
     text = dump_pin(pin)
     if out is None:
         print(text, end="")

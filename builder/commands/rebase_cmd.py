@@ -1,15 +1,14 @@
 from __future__ import annotations
 
 import argparse
-import json
-
-from rich.table import Table
 
 from builder.commands.apply_cmd import print_outcomes
-from builder.console import console
+from builder.commands.dryrun_view import print_dry_run, print_report
+from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
-from builder.series.dryrun import CONFLICT, DEPENDS, RebaseReport
+from builder.series.dryrun import Check
+from builder.series.model import BACKENDS
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
@@ -21,43 +20,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="try every patch on the new base in a scratch index and print the table; change nothing")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.add_argument("--fixed-upstream", action="store_true",
+                   help="also run each patch's failing-before test on the new upstream without the fix (builds: "
+                        "slow on the real tree) and say whether upstream fixed it; and which patches upstream "
+                        "merged as they are (patch-id)")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="with --fixed-upstream: the backend to run the tests on (default: for each patch the first "
+                        "of its Patchset-Backends this machine has)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")
     g.add_argument("--abort", action="store_true", help="give up and restore the state before")
 
 
-def print_report(report: RebaseReport, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(report.as_json(), indent=1))
-        return
-    table = Table("#")
-    # whole file names and paths, folded rather than cut short with an ellipsis
-    table.add_column("patch", overflow="fold")
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for i, p in enumerate(report.patches, 1):
-        detail = ""
-        if p.outcome == CONFLICT:
-            detail = "files: " + ", ".join(p.files) + ("; hunks: " + ", ".join(p.hunks) if p.hunks else "")
-        elif p.outcome == DEPENDS:
-            detail = f"needs {p.depends_on}"
-        table.add_row(str(i), p.patch, p.outcome, detail)
-    console.print(table)
+def _check(args: argparse.Namespace, project: Project) -> Check | None:
+    if not args.fixed_upstream:
+        return None
+    from builder.prove.fixed_upstream import checker  # noqa: PLC0415 (only this check needs build and verify)
+    # --json: stdout holds the JSON only
+    return checker(project, args.backend, None if args.json else CliProgress())
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.fixed_upstream and not args.onto:
+        raise InputError("--fixed-upstream goes with --onto (it runs before the series moves)")
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
             raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
-        report = dry_run_rebase(project, args.onto)
-        print_report(report, args.json)
-        if not args.json:
-            n = len(report.failed)
-            console.print(f"dry run onto {report.new_commit[:12]}: " + (
-                f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
-                + "; nothing was changed")
-        return Outcome.CONFLICT if report.failed else Outcome.OK
+        return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args.json, "onto")
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
@@ -67,7 +57,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     elif args.skip:
         result = skip_rebase(project)
     elif args.onto:
-        result = rebase(project, args.onto)
+        result = rebase(project, args.onto, _check(args, project))
     else:
         raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --skip / --abort)")
     if result.report is None:
@@ -79,6 +69,12 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
                   f"pin {project.pin_file.name} and patches/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
+    if result.report is not None and result.report.range_diff:
+        console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
+        console.print(result.report.range_diff.rstrip("\n"), highlight=False, markup=False)
+    if result.report is not None and result.report.recovery_ref:
+        console.print(f"the series as it was: {result.report.recovery_ref} in the work repository "
+                      "(the way back: docs/upstream.md)", highlight=False)
     if result.dropped:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
     if result.skipped:

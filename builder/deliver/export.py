@@ -457,6 +457,10 @@ def _submit(ctx: _Ctx, patch: Patch, has_issue: bool, issue_title: str, mail_nam
     lines += [
         f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug}\" "
         f"--title {shlex.quote(subject)} --body-file PR.md",
+        # the trailer's own name stays out: no package file carries our trailers
+        "# Once sent, record it in the fork: set the upstream status of the patch's commit in the work",
+        "# repository to `sent <the pull request's URL>` (later `merged <upstream commit>` or",
+        "# `rejected <URL>`; docs/series-format.md), then run `patchset refresh`.",
     ]
     return "\n".join(lines) + "\n"
 

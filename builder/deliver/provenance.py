@@ -28,9 +28,9 @@ class PatchRecord:
     file: str
     subject: str
     status: str
-    """The patch's `Patchset-Status`: pending, submitted, merged or fork-only."""
+    """The patch's `Patchset-Upstream`: not-sent, sent, merged, rejected or not-needed."""
     status_ref: str
-    """The pull-request URL or upstream commit the status names, else empty."""
+    """What follows it: the pull-request URL, upstream commit, reason or note, else empty."""
     sha256: str
     """Of the patch file's bytes, as committed in `patches/`."""
 

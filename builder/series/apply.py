@@ -9,6 +9,8 @@ from builder.errors import WorkTreeError
 from builder.locking import project_lock
 from builder.progress import ProgressSink
 from builder.project import Project
+from builder.series import dryrun
+from builder.series.dryrun import RebaseReport
 from builder.series.model import Series, load_series
 from builder.series.refresh import formatted_record
 from builder.series.workrepo import (
@@ -50,6 +52,12 @@ def prepare(project: Project, progress: ProgressSink | None = None) -> tuple[Pin
     work = WorkRepo(project.work_repo)
     work.attach_upstream(fetched, pin)
     return pin, series, fetched, work
+
+
+def dry_run_apply(project: Project) -> RebaseReport:
+    """What `apply` would do to each patch on the pin (the `rebase --dry-run` table); changes nothing."""
+    with project_lock(project.lock_file, purpose=PURPOSE):
+        return dryrun.dry_run_apply(project)
 
 
 def apply(project: Project, force: bool = False, progress: ProgressSink | None = None) -> ApplyResult:

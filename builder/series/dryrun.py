@@ -18,22 +18,33 @@ Per patch, in series order, on the tree carried so far:
   apply there once the failed patches are left out (its context holds lines they add or change).
   It names the first failed patch whose presence makes it apply again. Such a patch is not tried
   on the new base: a 3-way merge would "succeed" by dropping the lines it builds on.
+
+`apply --dry-run` (`dry_run_apply`) makes the same table for a series with no old base here: there
+`depends` is read from the blob ids the diffs name. A rebase dry run with a `Check` also hands the
+trees it made to that check (`builder.prove.fixed_upstream`: each patch's own test, without the
+fix, on the new upstream) and compares patch-ids with the commits between the pins.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.errors import SeriesError
-from builder.gitrepo import init_repo
+from builder import proc
+from builder.errors import ProcessError, SeriesError
+from builder.fsutil import atomic_write_text
+from builder.gitrepo import ISOLATED, GitRepo, init_repo
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.model import Patch, load_series
 from builder.upstream import fetch as upstream
-from builder.upstream.pin import Pin, load_pin
+from builder.upstream.fetch import Fetched, merge_shallow
+from builder.upstream.pin import GitSource, Pin, load_pin
 
 CLEAN = "clean"
 THREE_WAY = "3-way"
@@ -42,6 +53,31 @@ UPSTREAM = "already-upstream"
 DEPENDS = "depends"
 RESOLVED = "resolved"
 SKIPPED = "skipped"
+
+
+FIXED = "fixed upstream"
+PARTLY_FIXED = "partly fixed upstream"
+NOT_FIXED = "not fixed upstream"
+CANNOT_TELL = "cannot tell"
+
+
+@dataclass(frozen=True)
+class UpstreamFix:
+    """Whether the new upstream fixed the bug a patch fixes, by the patch's own test: its test part
+    alone on the new upstream (with the earlier patches that still apply), as verify's before tree."""
+
+    verdict: str
+    """fixed upstream, partly fixed upstream, not fixed upstream, or cannot tell."""
+    still_failing: tuple[str, ...] = ()
+    """The cases that fail without the fix on the new upstream (and failed on the old one)."""
+    now_passing: tuple[str, ...] = ()
+    """The cases that failed without the fix on the old upstream and pass on the new one."""
+    evidence: str = ""
+    """In words: what ran, where, and what it said (the compiler's first errors when it did not build)."""
+
+    def as_json(self) -> dict:
+        return {"verdict": self.verdict, "still_failing": list(self.still_failing),
+                "now_passing": list(self.now_passing), "evidence": self.evidence}
 
 
 @dataclass(frozen=True)
@@ -57,6 +93,11 @@ class PatchReport:
     """conflict: `path:line` of each hunk that does not apply on its own."""
     depends_on: str = ""
     """depends: the earlier failed patch it needs."""
+    merged_as: str = ""
+    """An upstream commit between the old base and the new one with the same patch-id (the same
+    diff, whatever its context): merged as is, even when the diff no longer applies."""
+    fix: UpstreamFix | None = None
+    """Whether upstream fixed the bug, by the patch's own test (only when asked for: it builds)."""
 
     @property
     def failed(self) -> bool:
@@ -71,16 +112,34 @@ class RebaseReport:
     new_commit: str
     dry_run: bool
     patches: tuple[PatchReport, ...] = field(default_factory=tuple)
+    range_diff: str = ""
+    """A finished rebase: `git range-diff` of the old series against the new one."""
+    recovery_ref: str = ""
+    """A finished rebase: the ref of the work repository that holds the series as it was before."""
 
     @property
     def failed(self) -> tuple[PatchReport, ...]:
         return tuple(p for p in self.patches if p.failed)
 
+    @classmethod
+    def from_json(cls, data: dict) -> RebaseReport:
+        """The report `as_json` wrote."""
+        rows = tuple(PatchReport(
+            r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
+            UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
+            if (f := r.get("fixed_upstream")) else None) for r in data["patches"])
+        return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
+                   data.get("recovery_ref", ""))
+
     def as_json(self) -> dict:
         return {
             "old": self.old_commit, "new": self.new_commit, "dry_run": self.dry_run,
             "patches": [{"patch": p.patch, "outcome": p.outcome, "files": list(p.files), "hunks": list(p.hunks),
-                         "depends_on": p.depends_on} for p in self.patches],
+                         "depends_on": p.depends_on,
+                         **({"merged_as": p.merged_as} if p.merged_as else {}),
+                         **({"fixed_upstream": p.fix.as_json()} if p.fix else {})} for p in self.patches],
+            **({"recovery_ref": self.recovery_ref} if self.recovery_ref else {}),
+            **({"range_diff": self.range_diff} if self.range_diff else {}),
         }
 
 
@@ -195,25 +254,47 @@ def split_hunks(mail: bytes) -> list[tuple[str, bytes, list[tuple[int, bytes]]]]
     return files
 
 
-def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
+@dataclass(frozen=True)
+class Moved:
+    """What a dry run made, for a check that builds on it (valid inside `dry_run`'s `check` only)."""
+
+    git: GitRepo
+    """The scratch repository: it borrows both pins' objects and holds every tree below."""
+    patches: tuple[Patch, ...]
+    old_commit: str
+    new_commit: str
+    old_bases: tuple[str, ...]
+    """Per patch: the tree it applies on at the old pin (the pin with the patches before it)."""
+    new_bases: tuple[str, ...]
+    """Per patch: the tree it is tried on at the new base (with the earlier patches that still apply)."""
+    report: RebaseReport
+
+
+Check = Callable[[Moved], dict[str, UpstreamFix]]
+"""Whether upstream fixed each patch's bug (by patch name); `builder.prove.fixed_upstream.checker`."""
+
+
+def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> RebaseReport:
     """Try the series of `patches/` on `new_pin`'s tree; nothing in the project changes.
 
     Both pins are fetched into the cache when they are not there yet (that is all it writes).
+    With `check`, each row also says whether upstream fixed the patch's bug (see `Moved`; the
+    check builds in its own folders under the state folder), and which patches upstream merged as
+    they are (patch-id over the commits between the pins, fetched from the new pin's git source).
     """
     old_pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)
     old = upstream.fetch(project.cache_dir, old_pin)
     new = upstream.fetch(project.cache_dir, new_pin)
-    root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
-    try:
-        sc = _Scratch(root, [old.repo / "objects", new.repo / "objects"])
+    new_commit = new_pin.commit or new.commit
+    with _scratch([old.repo / "objects", new.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
         # most moves: the whole series applies as is on the new base (and so on its own): every
         # patch is clean, found in one `git apply` instead of several processes a patch
         if mails and sc.applies_all(new.tree, mails) and (old.tree == new.tree or sc.applies_all(old.tree, mails)):
-            return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True,
-                                tuple(PatchReport(name, CLEAN) for name in names))
+            report = RebaseReport(old_pin.commit, new_commit, True, tuple(PatchReport(name, CLEAN) for name in names))
+            return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
         # the series on its own base first: every patch must apply there, and applying writes the
         # intermediate blobs that the 3-way merges on the new base need (the patches name them)
         tree = old.tree
@@ -222,22 +303,178 @@ def dry_run(project: Project, new_pin: Pin) -> RebaseReport:
             if not ok:
                 raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
                                   "run `patchset apply` to see where")
-        reports: list[PatchReport] = []
-        carried = new.tree
-        without_failed = old.tree  # the old base with every patch that has not failed on the new one
-        for j, (name, mail) in enumerate(zip(names, mails, strict=True)):
-            failed = [i for i, r in enumerate(reports) if r.failed]
-            if failed and not sc.applies(without_failed, mail):
-                reports.append(PatchReport(name, DEPENDS, depends_on=_blame(sc, old.tree, mails[:j], failed, mail,
-                                                                            names)))
-                continue
-            report, carried = _try(sc, carried, name, mail)
-            reports.append(report)
-            if not report.failed:
-                without_failed = sc.stack(without_failed, [mail])
-        return RebaseReport(old_pin.commit, new_pin.commit or new.commit, True, tuple(reports))
+        report = RebaseReport(old_pin.commit, new_commit, True, tuple(_table(sc, names, mails, new.tree, old.tree)))
+        return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
+
+
+def _checked(sc: _Scratch, patches: tuple[Patch, ...], report: RebaseReport, old: Fetched, new: Fetched,
+             check: Check, new_pin: Pin) -> RebaseReport:
+    """The report with patch-id matches and `check`'s verdict on every row."""
+    old_bases: list[str] = []
+    new_bases: list[str] = []
+    old_at, new_at = old.tree, new.tree
+    for p, row in zip(patches, report.patches, strict=True):
+        old_bases.append(old_at)
+        new_bases.append(new_at)
+        old_at = sc.stack(old_at, [p.path])
+        if row.outcome in (CLEAN, THREE_WAY):
+            new_at = sc.stack(new_at, [p.path])
+    merged: dict[str, str] = {}
+    # a pin imported from a source archive is a stand-in commit without history: nothing to compare
+    if (old.commit, new.commit) == (report.old_commit, report.new_commit):
+        _history(sc.git, new.repo, new_pin, old.commit, new.commit)
+        merged = merged_as(sc.git, old.commit, new.commit, [p.path for p in patches])
+    else:
+        merge_shallow(new.repo, sc.git.path)
+    fixes = check(Moved(sc.git, patches, report.old_commit, report.new_commit, tuple(old_bases), tuple(new_bases),
+                        report))
+    rows = tuple(dataclasses.replace(row, merged_as=merged.get(row.patch, ""), fix=fixes.get(row.patch))
+                 for row in report.patches)
+    return dataclasses.replace(report, patches=rows)
+
+
+HISTORY_DEPTH = 2000
+"""The most upstream commits a `--fixed-upstream` check fetches to compare patch-ids with."""
+
+
+def _history(git: GitRepo, cache_repo: Path, new_pin: Pin, old_commit: str, new_commit: str) -> None:
+    """The commits between the pins, into the scratch repository, and which commits it holds
+    without their parents (its `shallow` file).
+
+    The cache holds each pin at depth 1; patch-id needs the commits upstream made in between. They
+    are fetched from the new pin's git source, if it has one, offering only the old pin as what we
+    have (`--negotiation-tip`; the cache's other refs are not offered), so that only the commits in
+    between and the files they change come, at most HISTORY_DEPTH commits. Best effort: without
+    them only the new commit itself is compared.
+    """
+    cache = cache_repo / "shallow"
+    listed = cache.read_text().split() if cache.exists() else []
+    # the new commit is no longer without parents once they come; the old one stays so
+    atomic_write_text(git.path / "shallow", "".join(
+        f"{c}\n" for c in dict.fromkeys([*(c for c in listed if c != new_commit), old_commit])))
+    git.update_ref("refs/old", old_commit)
+    for src in new_pin.sources:
+        if not isinstance(src, GitSource):
+            continue
+        with contextlib.suppress(ProcessError):
+            r = git.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60",
+                        "-c", "core.alternateRefsCommand=true", "fetch", "--quiet", "--no-tags",
+                        "--negotiation-tip=refs/old", f"--depth={HISTORY_DEPTH}", src.url, new_commit,
+                        env={"GIT_TERMINAL_PROMPT": "0"}, timeout=upstream.fetch_timeout(), check=False)
+            if r.returncode == 0:
+                return
+    merge_shallow(cache_repo, git.path)
+
+
+def merged_as(git: GitRepo, old: str, new: str, mails: list[Path]) -> dict[str, str]:
+    """Per mail name: the commit of `old..new` with the same patch-id, as far as `git` has the
+    history (a pin fetched at depth 1 has none: then only `new` itself is compared)."""
+    r = git.run("log", "-p", "--no-color", "--no-renames", "--format=commit %H", new, "--not", old, check=False)
+    if r.returncode != 0 or not r.stdout:
+        return {}
+    ids = _patch_ids(r.stdout)
+    found: dict[str, str] = {}
+    for mail in mails:
+        mine = _patch_ids(mail.read_text(encoding="utf-8", errors="replace"))
+        for pid in mine:
+            if pid in ids:
+                found[mail.name] = ids[pid]
+    return found
+
+
+def _patch_ids(text: str) -> dict[str, str]:
+    """patch-id -> the commit (or mail) it was read from, by `git patch-id --stable`."""
+    r = proc.run(["git", "patch-id", "--stable"], input_text=text, env=ISOLATED)
+    out: dict[str, str] = {}
+    for line in r.stdout.splitlines():
+        pid, _, commit = line.partition(" ")
+        out.setdefault(pid, commit)
+    return out
+
+
+def dry_run_apply(project: Project) -> RebaseReport:
+    """What `apply` would do to each patch on the pin, for a series that has no base of its own
+    here (not applied yet, written on another upstream commit, or whose old base is gone).
+
+    The same table as `dry_run`, without an old base: a patch is `depends` when a file's version
+    it starts from (the blob id its diff names) is the one a failed patch writes. Only the pin is
+    fetched into the cache when it is not there yet; nothing else is written.
+    """
+    pin = load_pin(project.pin_file)
+    series = load_series(project.patches_dir)
+    fetched = upstream.fetch(project.cache_dir, pin)
+    with _scratch([fetched.repo / "objects"]) as sc:
+        mails = [p.path for p in series.patches]
+        names = [p.name for p in series.patches]
+        if mails and sc.applies_all(fetched.tree, mails):
+            rows = [PatchReport(name, CLEAN) for name in names]
+        else:
+            rows = _table(sc, names, mails, fetched.tree, None)
+        return RebaseReport("", pin.commit or fetched.commit, True, tuple(rows))
+
+
+@contextlib.contextmanager
+def _scratch(borrow: list[Path]) -> Iterator[_Scratch]:
+    root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
+    try:
+        yield _Scratch(root, borrow)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _table(sc: _Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
+           ) -> list[PatchReport]:
+    """Each patch on `new_tree` carried forward, in order. With `old_tree` (the series' own base,
+    where every patch applies) `depends` is found by applying there without the failed patches;
+    without it, from the blob ids the diffs name."""
+    reports: list[PatchReport] = []
+    carried = new_tree
+    without_failed = old_tree  # the old base with every patch that has not failed on the new one
+    for j, (name, mail) in enumerate(zip(names, mails, strict=True)):
+        failed = [i for i, r in enumerate(reports) if r.failed]
+        if failed:
+            if without_failed is not None and old_tree is not None:
+                needs = ("" if sc.applies(without_failed, mail)
+                         else _blame(sc, old_tree, mails[:j], failed, mail, names))
+            else:
+                needs = _builds_on(mails, failed, mail, names)
+            if needs:
+                reports.append(PatchReport(name, DEPENDS, depends_on=needs))
+                continue
+        report, carried = _try(sc, carried, name, mail)
+        reports.append(report)
+        if without_failed is not None and not report.failed:
+            without_failed = sc.stack(without_failed, [mail])
+    return reports
+
+
+_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+
+
+def blob_ids(mail: bytes) -> dict[str, tuple[str, str]]:
+    """Per file of the diff: (the blob id it starts from, the blob id it writes), as the mail's
+    `index` lines give them (full with `--full-index`, else abbreviated); a new file starts from 0s."""
+    out: dict[str, tuple[str, str]] = {}
+    for path, header, _hunks in split_hunks(mail):
+        m = _INDEX.search(header)
+        if m:
+            out[path] = (m.group(1).decode(), m.group(2).decode())
+    return out
+
+
+def _same_blob(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n] and a.strip("0") != ""
+
+
+def _builds_on(mails: list[Path], failed: list[int], mail: Path, names: list[str]) -> str:
+    """The first failed patch that writes a version of a file which `mail` starts from; '' if none."""
+    starts = {path: old for path, (old, _new) in blob_ids(mail.read_bytes()).items()}
+    for f in failed:
+        for path, (_old, new) in blob_ids(mails[f].read_bytes()).items():
+            if path in starts and _same_blob(starts[path], new):
+                return names[f]
+    return ""
 
 
 def _try(sc: _Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, str]:

@@ -24,14 +24,24 @@ from builder.project import default_cache_dir
 
 BACKENDS = ("cpu", "cuda", "metal", "metal-replay")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
+"""The words of `Patchset-Status`, which `Patchset-Upstream` replaces (still read; `check` prints a
+deprecation line)."""
+UPSTREAM_STATES = ("not-sent", "sent", "merged", "rejected", "not-needed")
+"""The words of `Patchset-Upstream`: where the patch stands upstream."""
+# what each word must be followed by: a URL, a commit or URL, a reason, or nothing required
+_UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-needed": "reason"}
+# the old trailer's words in the new vocabulary (fork-only: kept in the fork, never to be sent)
+_STATUS_AS_UPSTREAM = {"pending": ("not-sent", ""), "submitted": ("sent", ""), "merged": ("merged", ""),
+                       "fork-only": ("not-sent", "fork-only")}
 BEFORE_KINDS = ("test-fails", "build-fails")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
-    "Patchset-Effect",
+    "Patchset-Effect", "Patchset-Upstream",
 )
-_SINGLE = {"Patchset-Status", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before", "Patchset-Origin"}
+_SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
+           "Patchset-Origin"}
 
 
 @dataclass(frozen=True)
@@ -110,9 +120,13 @@ def _parse_hunk_rule(value: str) -> HunkRule:
 class PatchMeta:
     """What a patch's trailers say about it."""
 
-    status: str = "pending"
-    status_ref: str = ""
-    """The pull-request URL (submitted) or upstream commit (merged)."""
+    upstream: str = "not-sent"
+    """Where the patch stands upstream: one of UPSTREAM_STATES (`Patchset-Upstream`)."""
+    upstream_ref: str = ""
+    """What follows the word: the pull-request URL (sent, rejected), the upstream commit or URL
+    (merged), the reason (not-needed), or a note."""
+    upstream_from: str = ""
+    """The trailer that said it: `Patchset-Upstream`, the deprecated `Patchset-Status`, or '' (neither)."""
     backends: tuple[str, ...] = ()
     """Backends on which the known-positive proof can run."""
     tests: tuple[TestSpec, ...] = ()
@@ -129,6 +143,16 @@ class PatchMeta:
     """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
     effects: tuple[str, ...] = ()
     """The measured effect of the fix, or the test that shows it, one line each."""
+
+    @property
+    def status(self) -> str:
+        """The former name of `upstream`, for readers written before `Patchset-Upstream`."""
+        return self.upstream
+
+    @property
+    def status_ref(self) -> str:
+        """The former name of `upstream_ref`."""
+        return self.upstream_ref
 
     def backends_for_tests(self) -> tuple[str, ...]:
         """Every backend on which at least one declared test runs."""
@@ -347,14 +371,24 @@ def meta_from_trailers(
             bad(key, value, "given more than once")
             continue
         seen.add(canon)
-        if canon == "Patchset-Status":
+        if canon in ("Patchset-Status", "Patchset-Upstream") and {"Patchset-Status", "Patchset-Upstream"} <= seen:
+            bad(key, value, "Patchset-Status and Patchset-Upstream both given: keep only Patchset-Upstream")
+        elif canon == "Patchset-Status":
             word, _, ref = value.partition(" ")
             if word not in STATUSES:
                 bad(key, value, f"'{word}' is not one of {', '.join(STATUSES)}")
             elif word in ("submitted", "merged") and not ref.strip():
                 bad(key, value, f"'{word}' needs a {'pull-request URL' if word == 'submitted' else 'commit'}")
             else:
-                kw["status"], kw["status_ref"] = word, ref.strip()
+                new, note = _STATUS_AS_UPSTREAM[word]
+                kw.update(upstream=new, upstream_ref=(ref.strip() or note), upstream_from=canon)
+        elif canon == "Patchset-Upstream":
+            word, _, ref = value.partition(" ")
+            why = _upstream_problem(word, ref.strip())
+            if why:
+                bad(key, value, why)
+            else:
+                kw.update(upstream=word, upstream_ref=ref.strip(), upstream_from=canon)
         elif canon == "Patchset-Backends":
             names = tuple(value.replace(",", " ").split())
             unknown = [b for b in names if b not in BACKENDS]
@@ -419,6 +453,33 @@ def meta_from_trailers(
                 effects.append(value)
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
                      **kw), findings
+
+
+def _upstream_problem(word: str, ref: str) -> str:
+    """Why a `Patchset-Upstream` value is malformed ('' when it is not)."""
+    if word not in UPSTREAM_STATES:
+        return f"'{word}' is not one of {', '.join(UPSTREAM_STATES)}"
+    first = ref.split(maxsplit=1)[0] if ref else ""
+    need = _UPSTREAM_NEEDS.get(word)
+    if need == "url" and not re.match(r"^https?://\S+$", first):
+        return f"'{word}' needs the pull request's URL (http:// or https://)"
+    if need == "commit" and not _ORIGIN.match(first):
+        return f"'{word}' needs the upstream commit id or a URL"
+    if need == "reason" and not ref:
+        return f"'{word}' needs a reason (for example the upstream commit that made it unnecessary)"
+    return ""
+
+
+def deprecations(series: Series) -> list[Finding]:
+    """Trailers still read but replaced: each with what to write instead (not a problem of the series)."""
+    found = []
+    for p in series.patches:
+        if p.meta.upstream_from == "Patchset-Status":
+            text = p.path.read_text(encoding="utf-8", errors="replace")
+            new = f"{p.meta.upstream} {p.meta.upstream_ref}".strip()
+            found.append(Finding(p.path, _line_of(text, "Patchset-Status:"),
+                                 f"Patchset-Status is deprecated: write `Patchset-Upstream: {new}` instead"))
+    return found
 
 
 # a pull request or commit page, or a bare commit id (7 to 40 hex digits); a note may follow
@@ -514,6 +575,12 @@ def parse_patch(path: Path, index: int, patches_dir: Path, cache_dir: Path | Non
     if strict and not meta.origin:
         findings.append(Finding(path, _line_of(text, facts.subject) if facts.subject else 0,
                                 "no Patchset-Origin trailer: say where the patch came from (--strict)"))
+    if strict and meta.upstream_from != "Patchset-Upstream" and not any(
+            k.lower() == "patchset-upstream" for k, _ in facts.trailers):
+        findings.append(Finding(path, _line_of(text, "Patchset-Status:") or
+                                (_line_of(text, facts.subject) if facts.subject else 0),
+                                "no Patchset-Upstream trailer: say where the patch stands upstream "
+                                f"({', '.join(UPSTREAM_STATES)}) (--strict)"))
     author = f"{facts.author} <{facts.email}>"
     return Patch(index, path.name, path, facts.subject, author, facts.date, facts.message, tuple(files),
                  meta), findings

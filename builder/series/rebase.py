@@ -11,10 +11,11 @@ from pathlib import Path
 
 from builder.errors import InputError, WorkTreeError
 from builder.fsutil import atomic_write_text
+from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series import dryrun
-from builder.series.dryrun import RebaseReport
+from builder.series.dryrun import Check, RebaseReport
 from builder.series.model import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
 from builder.series.workrepo import (
@@ -60,17 +61,24 @@ _TABLE_OUTCOME = {OUTCOME_CLEAN: dryrun.CLEAN, OUTCOME_3WAY: dryrun.THREE_WAY, O
                   OUTCOME_UPSTREAM: dryrun.UPSTREAM, OUTCOME_SKIPPED: dryrun.SKIPPED}
 
 
-def dry_run_rebase(project: Project, onto: str) -> RebaseReport:
-    """What `rebase --onto` would do to each patch, without touching branches, the pin or patches/."""
+def dry_run_rebase(project: Project, onto: str, check: Check | None = None) -> RebaseReport:
+    """What `rebase --onto` would do to each patch, without touching branches, the pin or patches/;
+    with `check`, also whether upstream fixed each patch's bug (`builder.prove.fixed_upstream`)."""
     with project_lock(project.lock_file):
-        return dryrun.dry_run(project, target_pin(load_pin(project.pin_file), onto))
+        return dryrun.dry_run(project, target_pin(load_pin(project.pin_file), onto), check)
 
 
-def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...]) -> tuple[
-        RebaseReport, Path]:
-    """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`."""
+def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...],
+                 predicted: RebaseReport | None = None, range_diff: str = "", recovery_ref: str = "",
+                 ) -> tuple[RebaseReport, Path]:
+    """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`; `predicted`
+    (the dry run made before moving, with its checks) adds each patch's upstream verdict."""
+    before = {p.patch: p for p in predicted.patches} if predicted else {}
     report = dryrun.RebaseReport(old_pin.commit, new_pin.commit, False, tuple(
-        dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome)) for o in outcomes))
+        dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
+                           merged_as=before[o.name].merged_as if o.name in before else "",
+                           fix=before[o.name].fix if o.name in before else None) for o in outcomes),
+                                   range_diff=range_diff, recovery_ref=recovery_ref)
     path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
     atomic_write_text(path, json.dumps(report.as_json(), indent=1) + "\n")
     return report, path
@@ -90,7 +98,9 @@ def target_pin(current: Pin, onto: str) -> Pin:
     return dataclasses.replace(current, commit=onto, tag="", date="", tree="", tree_note="", sources=gits)
 
 
-def rebase(project: Project, onto: str) -> RebaseResult:
+def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseResult:
+    """Move the series; with `check`, a dry run with it first (nothing moved yet) gives each row of
+    the table its upstream verdict."""
     with project_lock(project.lock_file):
         old_pin = load_pin(project.pin_file)
         new_pin = target_pin(old_pin, onto)
@@ -104,6 +114,11 @@ def rebase(project: Project, onto: str) -> RebaseResult:
         if reasons:
             raise WorkTreeError(f"{work.path}: refusing to rebase: " + "; ".join(reasons)
                                 + ". Run `patchset refresh` or commit/stash first")
+        predicted = dryrun.dry_run(project, new_pin, check) if check else None
+        if predicted is not None:
+            # kept for the final table of a rebase that stops at a conflict and goes on later
+            atomic_write_text(_checked_file(project, old_pin, new_pin),
+                              json.dumps(predicted.as_json(), indent=1) + "\n")
         fetched = upstream.fetch(project.cache_dir, new_pin)
         if not new_pin.tree:
             note = f"Tree of commit {new_pin.commit} as fetched from {fetched.source}."
@@ -119,15 +134,43 @@ def rebase(project: Project, onto: str) -> RebaseResult:
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
+        # the way back, whatever happens next (docs/upstream.md): the series as it was, on its old base
+        if op.pre_head:
+            work.git.update_ref(before_ref(old_pin), op.pre_head, f"patchset: before rebase onto {new_pin.commit}")
         work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         work.start(op, mails, fetched.commit)
         outcomes = work.run_queue()
-        return _finish(project, work, old_pin, new_pin, outcomes)
+        return _finish(project, work, old_pin, new_pin, outcomes, predicted)
 
 
-def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcomes: list[PatchOutcome]) -> RebaseResult:
+def _checked_file(project: Project, old_pin: Pin, new_pin: Pin) -> Path:
+    """The dry run with its upstream checks that a rebase made before moving (until it finishes)."""
+    return project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.checked.json"
+
+
+def before_ref(old_pin: Pin) -> str:
+    """The recovery ref of a rebase: `patched` as it was before moving off `old_pin`."""
+    return f"refs/patchset/before-{old_pin.short}"
+
+
+def _range_diff(work: WorkRepo, old_base: str | None, old_head: str | None) -> str:
+    """`git range-diff` of the old series against the new one: what each patch became."""
+    if not old_base or not old_head:
+        return ""
+    r = work.git.run("range-diff", "--no-color", f"{old_base}..{old_head}", f"{UPSTREAM}..{PATCHED}",
+                     env=ISOLATED, check=False)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcomes: list[PatchOutcome],
+            predicted: RebaseReport | None = None) -> RebaseResult:
     state = work.load_state()
     named = state.op.named(outcomes) if state.op else tuple(outcomes)
+    checked = _checked_file(project, old_pin, new_pin)
+    if predicted is None and checked.is_file():
+        predicted = dryrun.RebaseReport.from_json(json.loads(checked.read_text()))
+    checked.unlink(missing_ok=True)
+    old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
@@ -135,7 +178,8 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
-    report, report_file = write_report(project, old_pin, new_pin, named)
+    report, report_file = write_report(project, old_pin, new_pin, named, predicted,
+                                       _range_diff(work, old_base, old_head), before_ref(old_pin))
     return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)
 
 
@@ -169,3 +213,5 @@ def abort_rebase(project: Project) -> None:
         if state is None or state.op is None or state.op.kind != "rebase":
             raise WorkTreeError(f"{project.work_repo}: no rebase is stopped at a conflict")
         work.abort_op()
+        for stale in project.state_dir.glob("rebase-*.checked.json"):
+            stale.unlink(missing_ok=True)

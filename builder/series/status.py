@@ -20,7 +20,14 @@ class PatchStatus:
     applied: bool
     dirty: bool
     """The work branch's commit differs from the patch file (refresh would change it)."""
-    upstream_status: str
+    upstream: str
+    """Where the patch stands upstream (`Patchset-Upstream`): not-sent, sent, merged, rejected or not-needed."""
+    upstream_ref: str
+    """The pull-request URL, upstream commit, reason or note that follows it."""
+
+    @property
+    def upstream_status(self) -> str:
+        return f"{self.upstream} {self.upstream_ref}".strip()
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,7 @@ def status(project: Project) -> Status:
         if i < len(commits):
             applied = True
             dirty = mails[i] != p.path.read_bytes()
-        ref = f" {p.meta.status_ref}" if p.meta.status_ref else ""
-        rows.append(PatchStatus(p.index, p.name, p.subject, applied, dirty, p.meta.status + ref))
+        rows.append(PatchStatus(p.index, p.name, p.subject, applied, dirty, p.meta.upstream, p.meta.upstream_ref))
     return Status(
         pin=pin, verified=fetched is not None, source=fetched.source if fetched else "",
         work_repo=str(work.path), branch=branch, work_tree_clean=clean, operation=op,

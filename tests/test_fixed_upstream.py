@@ -1,0 +1,251 @@
+"""rebase --fixed-upstream: each patch's own test, without the fix, on the new upstream (issue 23).
+
+A mini-upstream laid out like llama.cpp (ggml/, tests/) with six bugs, one patch per bug, and an
+upstream that moves on: it fixes one bug its own way where the patch conflicts, one elsewhere so
+that the patch still applies, one with the patch's very diff (then edits the next line), one in
+part, none of one, and renames the function the last patch's test calls.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import (
+    B_C,
+    STANDARD_NAMES,
+    UPSTREAM_FILES,
+    Proj,
+    make_project,
+    make_sdist,
+    make_upstream,
+    pin_toml,
+    sdist_pin_sources,
+)
+from test_verify import GGML_CMAKE, commit_files, git, init_upstream
+
+from builder.cli import main
+from builder.errors import ConflictError
+from builder.gitrepo import GitRepo
+from builder.project import load_project
+from builder.prove.fixed_upstream import checker
+from builder.prove.verify import available_backends
+from builder.series.apply import apply
+from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
+from builder.series.rebase import dry_run_rebase, rebase, skip_rebase
+from builder.series.refresh import format_mails, write_series
+
+SPACER = "/* - */\n" * 7  # keeps each function's hunk out of its neighbours' context
+FUNCS = {
+    "add": "int calc_add(int a, int b) { return a - b; }\n",
+    "negate": "static int negate(int x) { return x; }\n",
+    "sub": "int calc_sub(int a, int b) { return a + negate(b); }\n",
+    "mul": "int calc_mul(int a, int b) { return a * b + 1; }\n",
+    "clamp": "int calc_clamp(int x) { return x; }\n",
+    "neg": "int calc_neg(int a) { return a; }\n",
+    "abs": "int calc_abs(int a) { return a; }\n",
+}
+CALC_H = """\
+#pragma once
+#ifdef __cplusplus
+extern "C" {
+#endif
+int calc_add(int a, int b);
+int calc_sub(int a, int b);
+int calc_mul(int a, int b);
+int calc_clamp(int x);
+int calc_neg(int a);
+int calc_abs(int a);
+#ifdef __cplusplus
+}
+#endif
+"""
+
+
+def calc_c(funcs: dict[str, str]) -> str:
+    return '#include "calc.h"\n' + "".join(SPACER + f for f in funcs.values())
+
+
+def program(cases: list[tuple[str, str, int]]) -> str:
+    """A test program printing in ggml's format, one case per (name(params), expression, wanted)."""
+    body = "".join(f'    ok = ({expr}) == {want}; n += ok; printf("  {case}: %s\\n", ok ? "OK" : "FAIL");\n'
+                   for case, expr, want in cases)
+    return ('#include "calc.h"\n#include <cstdio>\nint main() {\n    int ok = 0, n = 0;\n'
+            '    printf("Backend 1/1: CPU\\n");\n' + body
+            + f'    printf("  %d/{len(cases)} tests passed\\n", n);\n    return n == {len(cases)} ? 0 : 1;\n}}\n')
+
+
+def trailers(program_name: str) -> str:
+    return (f"\n\nPatchset-Upstream: not-sent\nPatchset-Backends: cpu\nPatchset-Test: {program_name}\n"
+            f"Patchset-Test-Paths: tests/{program_name}.cpp\n")
+
+
+# (test program, its cases, the fixed function)
+PATCHES = {
+    "add": ("test-add", [("add(a=2,b=3)", "calc_add(2, 3)", 5)], "int calc_add(int a, int b) { return a + b; }\n"),
+    "negate": ("test-sub", [("sub(a=5,b=3)", "calc_sub(5, 3)", 2)], "static int negate(int x) { return -x; }\n"),
+    "mul": ("test-mul", [("mul(a=2,b=3)", "calc_mul(2, 3)", 6)], "int calc_mul(int a, int b) { return a * b; }\n"),
+    "clamp": ("test-clamp", [("clamp(x=-5)", "calc_clamp(-5)", 0), ("clamp(x=50)", "calc_clamp(50)", 10)],
+              "int calc_clamp(int x) { return x < 0 ? 0 : x > 10 ? 10 : x; }\n"),
+    "neg": ("test-neg", [("neg(a=2)", "calc_neg(2)", -2)], "int calc_neg(int a) { return -a; }\n"),
+    "abs": ("test-abs", [("abs(a=-2)", "calc_abs(-2)", 2)], "int calc_abs(int a) { return a < 0 ? -a : a; }\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """(project, cache, upstream commits by what they did): the pin, the series on it, and the
+    upstream two commits later."""
+    base = tmp_path_factory.mktemp("fixed")
+    src = init_upstream(base, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                               "ggml/src/calc.c": calc_c(FUNCS), "README": "calc\n"})
+    pin = git(src, "rev-parse", "HEAD")
+    git(src, "tag", "b1")
+    # the series, on a branch of its own
+    git(src, "checkout", "-q", "-b", "series")
+    funcs = dict(FUNCS)
+    for key, (prog, cases, fixed) in PATCHES.items():
+        funcs[key] = fixed
+        commit_files(src, {"ggml/src/calc.c": calc_c(funcs), f"tests/{prog}.cpp": program(cases)},
+                     f"calc : fix {key}" + trailers(prog))
+    series_commits = git(src, "rev-list", "--reverse", f"{pin}..HEAD").split()
+    mul_commit = series_commits[2]
+    # upstream: takes the mul patch as it is, then moves on
+    git(src, "checkout", "-q", "main")
+    git(src, "cherry-pick", mul_commit)
+    merged = git(src, "rev-parse", "HEAD")
+    up = dict(FUNCS, mul=PATCHES["mul"][2])
+    up["add"] = "int calc_add(int a, int b) { return b + a; }\n"  # its own fix: the patch conflicts
+    up["sub"] = "int calc_sub(int a, int b) { return a - b; }\n"  # fixed elsewhere: the patch applies
+    up["clamp"] = "int calc_clamp(int x) { return x < 0 ? 0 : x; }\n"  # half of it
+    up["abs"] = "int calc_absolute(int a) { return a < 0 ? -a : a; }\n"  # renamed: the test no longer builds
+    text = calc_c(up).replace(PATCHES["mul"][2], PATCHES["mul"][2] + "/* mul: now exact */\n")
+    commit_files(src, {"ggml/src/calc.c": text,
+                       "ggml/include/calc.h": CALC_H.replace("calc_abs(", "calc_absolute(")}, "calc : fixes")
+    new = git(src, "rev-parse", "HEAD")
+    subprocess.run(["git", "-C", str(src), "push", "-q", "--tags", str(base / "remote.git"), "main"], check=True)
+    project = base / "project"
+    (project / "upstream").mkdir(parents=True)
+    (project / "upstream" / "llama.cpp.toml").write_text(
+        pin_toml(pin, git(src, "rev-parse", "HEAD~2^{tree}"), [{"kind": "git", "url": (base / "remote.git").as_uri()}],
+                 repository=str(base / "remote.git"), tag="b1", date="2026-10-01"))
+    write_series(project / "patches", format_mails(GitRepo(src), f"{pin}..series"))
+    return project, base / "cache", {"merged": merged, "new": new}
+
+
+def test_each_patch_gets_the_verdict_of_its_own_test(moved: tuple[Path, Path, dict[str, str]],
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    project_dir, cache, commits = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(cache))
+    project = load_project(root=project_dir, cache_dir=cache)
+    patches_before = {p.name: p.read_bytes() for p in project.patches_dir.iterdir()}
+
+    rc = main(["--project", str(project_dir), "rebase", "--onto", commits["new"], "--dry-run", "--fixed-upstream",
+               "--json"])
+
+    captured = capsys.readouterr()
+    assert captured.out, captured.err
+    data = json.loads(captured.out)
+    rows = {r["patch"].split("-", 1)[1].removesuffix(".patch"): r for r in data["patches"]}
+    got = {k: (r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["still_failing"],
+               r["fixed_upstream"]["now_passing"]) for k, r in rows.items()}
+    assert got == {
+        # upstream's own fix on the patch's line: text says conflict, the test says fixed
+        "calc-fix-add": ("conflict", FIXED, [], []),
+        # fixed in another function: the patch still applies, and is no longer needed
+        "calc-fix-negate": ("clean", FIXED, [], []),
+        "calc-fix-mul": (got["calc-fix-mul"][0], FIXED, [], []),
+        "calc-fix-clamp": ("conflict", PARTLY_FIXED, ["test-clamp clamp(x=50)"], ["test-clamp clamp(x=-5)"]),
+        "calc-fix-neg": ("clean", NOT_FIXED, ["test-neg neg(a=2)"], []),
+        "calc-fix-abs": ("conflict", CANNOT_TELL, [], []),
+    }
+    # the mul patch: upstream's commit has its very diff (patch-id), whatever the text now says
+    assert rows["calc-fix-mul"]["merged_as"] == commits["merged"]
+    assert all("merged_as" not in r for k, r in rows.items() if k != "calc-fix-mul")
+    assert "does not build" in rows["calc-fix-abs"]["fixed_upstream"]["evidence"]
+    assert "test-abs.cpp" in rows["calc-fix-abs"]["fixed_upstream"]["evidence"]
+    assert rc == 3  # some patches would not apply
+    assert {p.name: p.read_bytes() for p in project.patches_dir.iterdir()} == patches_before
+
+    # the table in words: the upstream column
+    assert main(["--project", str(project_dir), "rebase", "--onto", commits["new"], "--dry-run",
+                 "--fixed-upstream"]) == 3
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "partly fixed upstream" in out and "merged as " + commits["merged"][:12] in out
+
+
+def _missing_backend() -> str:
+    missing = next((b for b in ("metal", "cuda") if b not in available_backends()), None)
+    if missing is None:
+        pytest.skip("this machine has every backend")
+    return missing
+
+
+def test_a_backend_not_here_cannot_tell_and_the_rebase_table_carries_it(proj: Proj) -> None:
+    """The tiny standard series, moved cleanly, checked on a backend this machine lacks: no build
+    at all, `cannot tell` with why, in the table the real rebase writes."""
+    missing = _missing_backend()
+    apply(proj.project)
+    new = proj.upstream.advance({"README": "moved\n"}, "readme\n")
+
+    result = rebase(proj.project, new, checker(proj.project, missing))
+
+    assert result.report_file is not None
+    rows = json.loads(result.report_file.read_text())["patches"]
+    assert [(r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["evidence"]) for r in rows] == [
+        ("clean", CANNOT_TELL, f"backend {missing} is not on this machine")] * 3
+    assert not (proj.project.build_root / f"upstream-check-{missing}-minimal").exists()
+
+
+def test_pins_from_source_archives_have_no_history_to_compare(tmp_path: Path, cache_dir: Path) -> None:
+    """Both pins imported from sdists: the cache holds stand-in commits, not upstream's, so there
+    is nothing to compare patch-ids with; the check still runs (the backend answer here)."""
+    up = make_upstream(tmp_path)
+    archive = make_sdist(tmp_path / "dist" / "pkg-1.0.tar.gz", dict(UPSTREAM_FILES))
+    proj = make_project(tmp_path, up, cache_dir, sources=sdist_pin_sources(archive, bogus_git_first=False))
+    files = {**UPSTREAM_FILES, "README": "moved\n"}
+    new = up.advance({"README": "moved\n"}, "readme\n")
+    archive2 = make_sdist(tmp_path / "dist2" / "pkg-1.1.tar.gz", files)
+    new_pin = tmp_path / "new.toml"
+    new_pin.write_text(pin_toml(new, up.tree_of(new), sdist_pin_sources(archive2, bogus_git_first=False)))
+
+    report = dry_run_rebase(proj.project, str(new_pin), checker(proj.project, _missing_backend()))
+
+    assert [(p.outcome, p.merged_as, p.fix.verdict if p.fix else None) for p in report.patches] == [
+        ("clean", "", CANNOT_TELL)] * 3
+
+
+def test_only_a_backend_of_the_proof_is_asked(proj: Proj) -> None:
+    """A Metal fix's CPU test passes without the fix (the bug is not on the CPU): asking the CPU
+    whether upstream fixed it would say `fixed upstream` for every such patch."""
+    first = proj.patches / STANDARD_NAMES[0]
+    first.write_text(first.read_text().replace("Patchset-Backends: cpu\n", "Patchset-Backends: metal\n")
+                     .replace("Patchset-Test: test-x\n", "Patchset-Test: [cpu,metal] test-x\n"))
+    apply(proj.project)
+    new = proj.upstream.advance({"README": "moved\n"}, "readme\n")
+
+    report = dry_run_rebase(proj.project, new, checker(proj.project, "cpu"))
+
+    fix = report.patches[0].fix
+    assert fix is not None and (fix.verdict, fix.evidence) == (CANNOT_TELL, "the proof runs on metal, not on cpu")
+
+
+def test_a_rebase_stopped_at_a_conflict_keeps_its_verdicts_for_the_final_table(proj: Proj) -> None:
+    missing = _missing_backend()
+    apply(proj.project)
+    new = proj.upstream.advance({"src/b.c": B_C.replace("int b_len(const char *s) {\n",
+                                                        "int b_len(const char *s) {\n    if (!s) return -1;\n")},
+                                "b: reject NULL\n")
+    with pytest.raises(ConflictError):
+        rebase(proj.project, new, checker(proj.project, missing))
+
+    result = skip_rebase(proj.project)
+
+    assert result.report is not None and result.report_file is not None
+    assert [(p.outcome, p.fix.verdict if p.fix else None) for p in result.report.patches] == [
+        ("clean", CANNOT_TELL), ("skipped", CANNOT_TELL), ("clean", CANNOT_TELL)]
+    assert json.loads(result.report_file.read_text()) == result.report.as_json()
+    assert not list(proj.project.state_dir.glob("*.checked.json"))

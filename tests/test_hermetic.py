@@ -121,7 +121,8 @@ def test_the_guard_blames_only_what_the_tests_did(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def module_env() -> dict[str, str]:
     """What a module-scoped fixture (like those that build and verify once per module) sees."""
-    return {k: os.environ.get(k, "") for k in ("HOME", "GIT_CONFIG_GLOBAL", "PATCHSET_CACHE", "XDG_CACHE_HOME")}
+    return {k: os.environ.get(k, "") for k in ("HOME", "GIT_CONFIG_GLOBAL", "PATCHSET_CACHE", "XDG_CACHE_HOME",
+                                               "CCACHE_DIR")}
 
 
 def test_module_scoped_fixtures_run_inside_the_isolation(module_env: dict[str, str]) -> None:
@@ -129,3 +130,11 @@ def test_module_scoped_fixtures_run_inside_the_isolation(module_env: dict[str, s
     assert module_env["GIT_CONFIG_GLOBAL"] and not module_env["GIT_CONFIG_GLOBAL"].startswith(str(REAL_HOME))
     assert module_env["PATCHSET_CACHE"] and not Path(module_env["PATCHSET_CACHE"]).is_relative_to(REAL_HOME)
     assert not Path(module_env["XDG_CACHE_HOME"]).is_relative_to(REAL_HOME)
+
+
+def test_one_compiler_cache_for_the_whole_run(module_env: dict[str, str], tmp_path: Path) -> None:
+    # set once for the session: a module's fixture and a test see the same one, outside the real home
+    ccache = Path(os.environ["CCACHE_DIR"])
+    assert not ccache.is_relative_to(REAL_HOME) and ccache.is_dir()
+    assert module_env["CCACHE_DIR"] == str(ccache)
+    assert tmp_path.is_relative_to(os.environ["CCACHE_BASEDIR"])

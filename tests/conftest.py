@@ -88,17 +88,18 @@ def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 
 def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ccache for the whole run, whatever HOME each test has: a tree built by one test with
-    the same flags compiles from the cache in the next (a module's copy of the real pin, or the
-    small calc trees), wherever under the run's temporary folder each test put it. Set
-    PATCHSET_TEST_CCACHE to a folder to keep it between runs."""
+    """One ccache for the whole run, whatever HOME each test has: a tree built again at the same
+    place with the same flags compiles from the cache (a project put back as it was, a verify run
+    again). Set PATCHSET_TEST_CCACHE to a folder to keep it between runs.
+
+    No CCACHE_BASEDIR: it makes the compiler print relative paths, and verify then reads a test
+    file's compile error as one outside the test files ('build failed', not 'build-fails').
+    """
     keep = os.environ.get("PATCHSET_TEST_CCACHE")
     ccache = Path(keep) if keep else tmp_path_factory.mktemp("ccache")
     mp.setenv("CCACHE_DIR", str(ccache))
-    # paths under the run's temporary folder are hashed relative to the build folder, so two copies
-    # of a tree at two places hit the same entries; the build folder itself is not hashed
-    mp.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp()))
-    mp.setenv("CCACHE_NOHASHDIR", "1")
+    for var in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
+        mp.delenv(var, raising=False)
     return ccache
 
 

@@ -137,4 +137,4 @@ def test_one_compiler_cache_for_the_whole_run(module_env: dict[str, str], tmp_pa
     ccache = Path(os.environ["CCACHE_DIR"])
     assert not ccache.is_relative_to(REAL_HOME) and ccache.is_dir()
     assert module_env["CCACHE_DIR"] == str(ccache)
-    assert tmp_path.is_relative_to(os.environ["CCACHE_BASEDIR"])
+    assert "CCACHE_BASEDIR" not in os.environ

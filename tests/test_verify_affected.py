@@ -139,10 +139,11 @@ def series_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
-@pytest.fixture
-def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """A fresh copy of the series, applied and verified once (every patch proven)."""
-    root = tmp_path / "project"
+@pytest.fixture(scope="module")
+def verified(series_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Path]:
+    """The series applied and verified once (every patch proven), and a copy of that project
+    kept as it is then: the first verify is the same for every test, so it is made once."""
+    root = tmp_path_factory.mktemp("verified") / "project"
     shutil.copytree(series_dir, root)
     project = load_project(root=root, cache_dir=tmp_path_factory.mktemp("cache"))
     apply(project)
@@ -150,6 +151,18 @@ def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathF
     assert [v.outcome for v in first.verdicts] == [PROVEN] * 5 + [NOT_PROVEN, PROVEN], \
         [v.reason for v in first.verdicts]
     assert first.verdicts[5].reason == "the patch declares no backend for its proof"
+    saved = root.with_name("saved")
+    shutil.copytree(root, saved, symlinks=True)
+    return project, saved
+
+
+@pytest.fixture
+def project(verified: tuple[Project, Path]) -> Project:
+    """The verified project, as the first verify left it: put back at its own path (its work
+    repository's worktrees and its build folders name their absolute paths) before each test."""
+    project, saved = verified
+    shutil.rmtree(project.root)
+    shutil.copytree(saved, project.root, symlinks=True)
     return project
 
 

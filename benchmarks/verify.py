@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from builder.build import testrun
 from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
-from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, _invocation, available_backends, verify
+from builder.prove.treebuild import invocation
+from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, available_backends, verify
 from builder.series.model import load_series
 
 
@@ -57,7 +58,7 @@ def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: boo
                             build_targets=() if standard else programs))
         if r.ok:
             for t in tests:
-                testrun.run_program(r.bin_dir, _invocation(t, "cpu"), base / f"naive-{i}-{t.program}.log",
+                testrun.run_program(r.bin_dir, invocation(t, "cpu"), base / f"naive-{i}-{t.program}.log",
                                     timeout=timeout)
         print(f"  naive {label}: build {'ok' if r.ok else 'failed (as expected for a build-fails proof)'}"
               f" in {r.duration_s:.1f}s", flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from builder import __version__
+from builder import __version__, proc
 from builder.commands import NAMES, load
 from builder.console import err_console, setup_logging
 from builder.errors import EXIT_INTERNAL, Outcome, PatchsetError
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.debug)
     try:
+        proc.check_timeout_variables()
         project = load_project(root=args.project, pin_file=args.pin)
         return exit_code(args.handler(args, project))
     except PatchsetError as e:

@@ -17,9 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
-from builder.locking import project_lock
+from builder.errors import LockError
+from builder.locking import cache_lock, project_lock
 from builder.project import Project
 from builder.series.workrepo import WorkRepo
 
@@ -32,13 +31,6 @@ class GcResult:
     """What was removed (or, in a dry run, would be), one item each, in words."""
     skipped: tuple[str, ...]
     """What was left alone and why."""
-
-
-def _age_s(path: Path, now: float) -> float:
-    try:
-        return now - path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _remove(path: Path, dry_run: bool) -> None:
@@ -56,11 +48,11 @@ def _cache_temp(project: Project, dry_run: bool, removed: list[str], skipped: li
         return
     try:
         # a fetch works in tmp/ with this lock held: everything there without it is stale
-        with FileLock(str(project.cache_dir / "lock"), timeout=0):
+        with cache_lock(project.cache_dir, timeout=0, purpose="gc"):
             for entry in sorted(tmp.iterdir()):
                 _remove(entry, dry_run)
                 removed.append(f"temporary {'folder' if entry.is_dir() else 'file'} {entry}")
-    except Timeout:
+    except LockError:
         skipped.append(f"{tmp}: a fetch is running (cache lock held); its temporary folders were left alone")
 
 

@@ -10,7 +10,6 @@ and output; a command past its limit is killed and becomes a ProcessTimeout.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,10 +36,7 @@ def git_timeout() -> float:
     Nothing local takes that long on the llama.cpp tree (a checkout is seconds); a git that
     waits on a dead network or a stuck filesystem is killed and reported instead of hanging.
     """
-    try:
-        return float(os.environ.get("PATCHSET_GIT_TIMEOUT", "1800"))
-    except ValueError:
-        return 1800.0
+    return proc.env_seconds("PATCHSET_GIT_TIMEOUT", 1800.0)
 
 
 class GitRepo:

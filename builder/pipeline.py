@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
-from builder.build import testrun
+from builder.build import metalcheck, testrun
 from builder.errors import BuildError, InputError, TestRunError
 from builder.gitrepo import GitRepo
 from builder.locking import project_lock
@@ -70,9 +70,10 @@ def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", 
               progress: ProgressSink | None = None) -> buildmod.BuildResult:
     with project_lock(project.lock_file, purpose="build"):
         work, _ = ensure_patched(project, progress)
-        if backend == "metal" and sys.platform != "darwin":
-            return buildmod.metal_compile_check(work.path, build_dir(project, "metal", "check") / "check.log")
         series = load_series(project.patches_dir)
+        if backend == "metal" and sys.platform != "darwin":
+            programs = dict.fromkeys(prog for prog, _ in declared_tests(series, "metal"))
+            return metalcheck.compile_check(work.path, build_dir(project, "metal", "check") / "check.log", programs)
         spec = buildmod.BuildSpec(
             source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
             programs=programs_for(work.path, series, backend), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,

@@ -29,12 +29,38 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import ProcessError, ProcessTimeout
+from builder.errors import InputError, ProcessError, ProcessTimeout
 
 log = logging.getLogger("patchset")
 
 DEFAULT_TIMEOUT_S = 3600.0
 """The limit of a captured command that names none: nothing patchset runs may hang forever."""
+
+TIMEOUT_VARIABLES = ("PATCHSET_GIT_TIMEOUT", "PATCHSET_FETCH_TIMEOUT", "PATCHSET_LOCK_TIMEOUT")
+"""The environment variables that set a time limit, in seconds (README: Configuration)."""
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A time limit in seconds from the environment variable `name`, else `default`.
+
+    A value that is not a number of seconds (a word, a negative number) is refused, naming the
+    variable and the value: a typo must not silently become the default limit."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):  # NaN too
+        raise InputError(f"{name}={raw!r}: not a number of seconds (give a number >= 0, e.g. {name}={default:g})")
+    return value
+
+
+def check_timeout_variables() -> None:
+    """Refuse a malformed time limit in the environment before anything runs (InputError)."""
+    for name in TIMEOUT_VARIABLES:
+        env_seconds(name, 0)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
 """build on a synthetic tree laid out like llama.cpp (ggml/ and tests/): configure, no-op rebuild,
-reconfigure on change, the first compiler error, and the Metal compile check."""
+reconfigure on change, the first compiler error, and the Linux Metal check (C++ and Objective-C)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from builder.build.cmakebuild import BuildSpec, build, first_error, metal_compile_check
+from builder.build import metalcheck, sdiag
+from builder.build.cmakebuild import BuildSpec, build, first_error
+from builder.errors import BuildError
 
 GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
 CALC_H = '#pragma once\n#ifdef __cplusplus\nextern "C" {\n#endif\nint calc(int);\n#ifdef __cplusplus\n}\n#endif\n'
@@ -66,21 +71,140 @@ def test_first_error_reads_cmake_errors() -> None:
     assert err is not None and err.file == "CMakeLists.txt" and err.line == 38
 
 
-@pytest.mark.parametrize("broken", [False, True])
-def test_metal_compile_check(tmp_path: Path, broken: bool) -> None:
-    tree = tmp_path / "tree"
-    metal = tree / "ggml" / "src" / "ggml-metal"
+def _objc_toolchain() -> bool:
+    try:
+        metalcheck.find_toolchain()
+    except BuildError:
+        return False
+    return True
+
+
+needs_objc = pytest.mark.skipif(not _objc_toolchain(), reason="needs clang, libgnustep-base-dev, libblocksruntime-dev")
+
+# an Objective-C host source written like the tree's: Foundation, the Metal stand-in, dispatch, blocks,
+# object subscripting (needs a non-fragile runtime), a TARGET_CPU branch
+CONTEXT_M = """#import "ggml-metal-x.h"
+
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+
+int ggml_metal_x_run(int n) {
+    id<MTLDevice> device = MTLCreateSystemDefaultDevice();
+    id<MTLCommandQueue> queue = [device newCommandQueue];
+    NSMutableArray * bufs = [NSMutableArray array];
+    dispatch_queue_t d_queue = dispatch_queue_create("x", DISPATCH_QUEUE_CONCURRENT);
+    __block int done = 0;
+    dispatch_apply(n, d_queue, ^(size_t i) {
+        id<MTLCommandBuffer> cb = [queue commandBufferWithUnretainedReferences];
+        [cb addCompletedHandler:^(id<MTLCommandBuffer> b) {
+            if (b.status == MTLCommandBufferStatusError) { done = -1; }
+        }];
+        [cb commit];
+        (void) i;
+    });
+    id first = bufs.count ? bufs[0] : nil;
+#if TARGET_CPU_X86_64
+    MTLSize s = MTLSizeMake(1, 1, 1);
+#else
+    MTLSize s = MTLSizeMake(2, 1, 1);
+#endif
+    return done + (first != nil) + (int) s.width;
+}
+"""
+HEADER = "#pragma once\nint ggml_metal_x_run(int n);\n"
+
+
+def metal_tree(root: Path, context_m: str = CONTEXT_M) -> Path:
+    metal = root / "ggml" / "src" / "ggml-metal"
     metal.mkdir(parents=True)
-    (tree / "ggml" / "include").mkdir(parents=True)
-    body = "int ggml_metal_op_x(int a) { return a; }\n" if not broken else "int ggml_metal_op_x(int a) { return b; }\n"
-    (metal / "ggml-metal-ops.cpp").write_text(body)
-    (metal / "ggml-metal-common.cpp").write_text("#include <vector>\nstatic std::vector<int> v;\n")
-    r = metal_compile_check(tree, tmp_path / "check" / "check.log")
+    (root / "ggml" / "include").mkdir(parents=True)
+    (metal / "ggml-metal-x.h").write_text(HEADER)
+    (metal / "ggml-metal-x.m").write_text(context_m)
+    (metal / "ggml-metal-ops.cpp").write_text('#include "ggml-metal-x.h"\nint ggml_metal_op_x(int a) { return a; }\n')
+    (root / "tests").mkdir()
+    (root / "tests" / "test-x.cpp").write_text("#include <vector>\nint main() { std::vector<int> v; return 0; }\n")
+    return root
+
+
+@needs_objc
+def test_metal_check_compiles_objective_c_and_the_test_programs(tmp_path: Path) -> None:
+    tree = metal_tree(tmp_path / "tree")
+    r = metalcheck.compile_check(tree, tmp_path / "check" / "check.log", ["test-x", "test-absent"])
+    assert r.ok, r.first_error
     assert r.kind == "compile-check"
-    assert r.steps == 2  # the two files present; the other two are not in this tree
-    assert any("not compiled here" in n for n in r.notes) and any("nothing was run" in n for n in r.notes)
-    if broken:
-        assert not r.ok
-        assert r.first_error is not None and r.first_error.file.endswith("ggml-metal-ops.cpp")
-    else:
-        assert r.ok
+    # the .m file once per CPU, the C++ file, the test program that exists
+    assert r.steps == 4
+    log = r.log.read_text()
+    assert "ggml-metal-x.m (arm64)" in log and "ggml-metal-x.m (x86_64)" in log and "tests/test-x.cpp" in log
+
+
+@needs_objc
+@pytest.mark.parametrize(("bad", "line"), [
+    # a type error the Metal stand-in's declarations make visible: a command queue is no MTLSize
+    ("    MTLSize s = MTLSizeMake(2, 1, 1);", "    MTLSize s = queue;"),
+    # only the x86_64 pass compiles this branch
+    ("    MTLSize s = MTLSizeMake(1, 1, 1);", "    MTLSize s = device;"),
+])
+def test_metal_check_fails_on_an_objective_c_error_with_its_file_and_line(tmp_path: Path, bad: str,
+                                                                         line: str) -> None:
+    text = CONTEXT_M.replace(bad, line)
+    assert text != CONTEXT_M
+    tree = metal_tree(tmp_path / "tree", text)
+    r = metalcheck.compile_check(tree, tmp_path / "check" / "check.log")
+    assert not r.ok
+    assert r.first_error is not None
+    assert r.first_error.file == "ggml/src/ggml-metal/ggml-metal-x.m"
+    assert r.first_error.line == text.splitlines().index(line) + 1
+    assert "MTLSize" in r.first_error.message
+
+
+@needs_objc
+def test_a_selector_the_stand_in_lacks_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    # clang only warns on an unknown selector (and guesses an `id` result): the check makes it an error
+    line = "        [cb commitAndFrobnicate];"
+    text = CONTEXT_M.replace("        [cb commit];", line)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.first_error is not None
+    assert (r.first_error.file, r.first_error.line) == ("ggml/src/ggml-metal/ggml-metal-x.m",
+                                                        text.splitlines().index(line) + 1)
+    assert "commitAndFrobnicate" in r.first_error.message
+
+
+@needs_objc
+def test_metal_check_lists_the_api_the_stand_in_lacks_before_compiling(tmp_path: Path) -> None:
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n    MTLTensorDescriptor * t = nil;\n"
+                             "    dispatch_frobnicate(d_queue);\n    (void) t;")
+    tree = metal_tree(tmp_path / "tree", text)
+    r = metalcheck.compile_check(tree, tmp_path / "check" / "check.log")
+    assert not r.ok and r.steps == 0
+    assert r.first_error is not None and r.first_error.file == "ggml/src/ggml-metal/ggml-metal-x.m"
+    assert r.first_error.line == text.splitlines().index("    MTLTensorDescriptor * t = nil;") + 1
+    assert "MTLTensorDescriptor, dispatch_frobnicate" in r.notes[0]
+    # names in comments and strings, and names the tree declares itself, are not API it uses
+    quiet = CONTEXT_M.replace("    [cb commit];", '    [cb commit]; // MTLTensorDescriptor\n'
+                              '    const char * s = "dispatch_frobnicate"; (void) s;\n'
+                              "    static const NSInteger MTLGPUFamilyMetal9_X = 5009; (void) MTLGPUFamilyMetal9_X;")
+    assert metalcheck.compile_check(metal_tree(tmp_path / "quiet", quiet), tmp_path / "q" / "check.log").ok
+
+
+def test_serialized_diagnostics_are_read_with_file_line_and_column(tmp_path: Path) -> None:
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("needs clang")
+    src = tmp_path / "e.c"
+    src.write_text("#include <stdio.h>\nint f(void) { return undeclared_x; }\n"
+                   "void g(void) { int *p = 1.5; (void) p; }\nint h(void) { int unused; return 0; }\n")
+    dia = tmp_path / "e.dia"
+    r = subprocess.run([clang, "-fsyntax-only", "-Wall", "-fno-color-diagnostics", "--serialize-diagnostics",
+                        str(dia), str(src)], capture_output=True, text=True, check=False)
+    got = [(d.severity, d.file, d.line, d.column, d.message) for d in sdiag.read(dia)]
+    # the same diagnostics as clang's own text on stderr (the independent source here)
+    printed = [(m[4], m[1], int(m[2]), int(m[3]), m[5]) for m in
+               re.finditer(r"^(.*?):(\d+):(\d+): (error|warning): (.*?)(?: \[-W[\w-]+\])?$", r.stderr, re.M)]
+    assert got == printed
+    assert [(g[0], g[2]) for g in got] == [("error", 2), ("error", 3), ("warning", 4)]
+    errors = [d for d in sdiag.read(dia) if d.is_error]
+    assert "undeclared_x" in errors[0].message
+    (tmp_path / "bad.dia").write_bytes(b"not a diagnostics file")
+    with pytest.raises(BuildError, match="not a clang serialized-diagnostics file"):
+        sdiag.read(tmp_path / "bad.dia")

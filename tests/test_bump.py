@@ -7,12 +7,18 @@ series of two fixes, each with its own test program: one new upstream per outcom
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers import Proj, Upstream, fsck_clean, git, make_project, make_upstream
 
 from builder.cli import main
+from builder.errors import LockError
+from builder.orchestrate.bump import BumpOptions, scratch_project
+from builder.orchestrate.bump import bump as bump_lib
 from builder.series.apply import apply
 from builder.series.rebase import rebase
 from builder.upstream.pin import load_pin
@@ -271,3 +277,56 @@ def test_a_bump_killed_at_many_points(tmp_path: Path) -> None:
     ref = reference_run(s)
     # the sweep runs two trees at once: the order of their points varies from run to run
     kill_and_rerun(s, ref, _points(len(ref.points)), ordered=False)
+
+
+class _HoldScratchLockAtTheSweepsTests:
+    """A progress sink that, when the sweep starts its first test program (the scratch project's
+    lock is free then, and the sweep takes it no more), has another process take that lock and keep
+    it until `release`: the verify stage after the sweep finds it held."""
+
+    def __init__(self, lock_file: Path, flags: Path) -> None:
+        self.lock_file, self.ready, self.keep = lock_file, flags / "ready", flags / "keep"
+        self.holder: subprocess.Popen[bytes] | None = None
+
+    def begin(self, label: str, total: int | None = None) -> None:
+        if self.holder is not None or label.startswith(("configuring", "building")) or " [" in label:
+            return
+        self.keep.touch()
+        script = ("import pathlib, sys, time\nfrom builder.locking import project_lock\n"
+                  "with project_lock(pathlib.Path(sys.argv[1]), 0, purpose='test'):\n"
+                  "    pathlib.Path(sys.argv[2]).touch()\n"
+                  "    while pathlib.Path(sys.argv[3]).exists():\n        time.sleep(0.05)\n")
+        self.holder = subprocess.Popen([sys.executable, "-c", script, str(self.lock_file), str(self.ready),
+                                        str(self.keep)])
+        deadline = time.monotonic() + 60
+        while not self.ready.exists():
+            assert self.holder.poll() is None and time.monotonic() < deadline, "the holder never took the lock"
+            time.sleep(0.05)
+
+    def update(self, completed: int, total: int | None = None, detail: str = "") -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def release(self) -> int | None:
+        self.keep.unlink(missing_ok=True)
+        return self.holder.wait(timeout=60) if self.holder is not None else None
+
+
+def test_a_lock_held_during_verify_is_a_lock_error_not_a_patch_not_proven(
+        mini: Proj, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # another process in the scratch project says nothing about the patches on the new upstream:
+    # the bump stops with the lock's error (naming the holder), not with "not proven" (exit 4)
+    new = mini.upstream.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
+    before = state(mini)
+    monkeypatch.setenv("PATCHSET_LOCK_TIMEOUT", "0.5")
+    sink = _HoldScratchLockAtTheSweepsTests(scratch_project(mini.project).lock_file, tmp_path)
+    try:
+        with pytest.raises(LockError) as ei:
+            bump_lib(mini.project, BumpOptions(onto=new, jobs=2, confirm=0), sink)
+    finally:
+        code = sink.release()
+    assert code == 0 and sink.holder is not None
+    assert f"patchset test (pid {sink.holder.pid}" in str(ei.value)
+    assert state(mini) == before and reports(mini) == []

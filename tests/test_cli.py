@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import STANDARD_NAMES, Proj
+from helpers import STANDARD_NAMES, Proj, run_patchset
 
 from builder.cli import main
 
@@ -106,3 +106,20 @@ def test_options_before_the_verb_and_unknown_options_after_it(proj: Proj, capsys
         main([f"--project={proj.root}", "status", "--no-such-flag"])
     assert ei.value.code == 2
     assert "--no-such-flag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("PATCHSET_GIT_TIMEOUT", "abc"),
+    ("PATCHSET_FETCH_TIMEOUT", "-5"),
+    ("PATCHSET_LOCK_TIMEOUT", "nan"),
+    ("PATCHSET_LOCK_TIMEOUT", ""),
+])
+def test_a_malformed_time_limit_is_a_one_line_usage_error_naming_it(proj: Proj, name: str, value: str) -> None:
+    # not the default limit in silence: a typo in a limit would otherwise go unnoticed until it mattered
+    r = run_patchset("--project", str(proj.root), "apply", env={name: value})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error:"), r.stderr
+    assert f"{name}={value!r}" in errors[0]
+    assert not proj.work.exists()  # refused before anything ran

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from helpers import UPSTREAM_FILES, Upstream, git, make_sdist, pin_toml, sdist_pin_sources
+from helpers import (
+    UPSTREAM_FILES,
+    Upstream,
+    git,
+    make_project,
+    make_sdist,
+    pin_toml,
+    sdist_pin_sources,
+    start_patchset,
+)
 
-from builder.errors import SourceError
+from builder.errors import LockError, SourceError
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
@@ -86,3 +96,27 @@ def test_concurrent_fetches_on_a_cold_cache(tmp_path: Path, up: Upstream, cache_
     assert git(repo, "for-each-ref", "--format=%(refname)") == f"refs/patchset/pins/{pin.commit}"
     assert git(repo, "fsck", "--no-dangling") == ""
     assert list((cache_dir / "tmp").iterdir()) == []
+
+
+def test_a_fetch_that_waits_too_long_for_the_cache_lock_names_its_holder(tmp_path: Path, up: Upstream,
+                                                                        cache_dir: Path) -> None:
+    # the cache lock is the project lock's mechanism: an error naming who holds it, not "no source"
+    proj = make_project(tmp_path, up, cache_dir)
+    flag = tmp_path / "paused"
+    # a `patchset fetch` on the cold cache, paused at its first child (`git init` of the cache, lock held)
+    other = start_patchset("--project", str(proj.root), "fetch",
+                           env={"PATCHSET_FAULT_PAUSE_AT": "1", "PATCHSET_FAULT_PAUSE_FILE": str(flag)})
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert other.poll() is None and time.monotonic() < deadline, other.communicate()
+            time.sleep(0.05)
+        with pytest.raises(LockError) as ei:
+            upstream.fetch(cache_dir, load_pin(proj.project.pin_file), lock_timeout=0.2)
+    finally:
+        flag.unlink(missing_ok=True)
+        out, err = other.communicate(timeout=120)
+    assert other.returncode == 0, out + err
+    assert f"patchset fetch (pid {other.pid}" in str(ei.value)
+    assert "the cache" in str(ei.value)
+    assert upstream.fetch(cache_dir, load_pin(proj.project.pin_file), lock_timeout=0).cached

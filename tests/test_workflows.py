@@ -7,16 +7,25 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import test_verify as tv
 import yaml
+from helpers import patchset_argv
 
+from builder.build import metalcheck
 from builder.cli import build_parser
+from builder.errors import BuildError, Outcome
+from builder.project import load_project
+from builder.prove.verify import NOT_PROVEN, PROVEN, report_table
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
@@ -173,3 +182,80 @@ def test_actionlint_is_clean() -> None:
     r = subprocess.run(["actionlint", "-oneline", *map(str, WORKFLOWS)], cwd=ROOT, capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def step_runs(workflow: Path, job: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """Step name -> (its run script, its env) of a job."""
+    data = yaml.safe_load(workflow.read_text())
+    return {s["name"]: (s["run"], {k: str(v) for k, v in s.get("env", {}).items()})
+            for s in data["jobs"][job]["steps"] if "run" in s and "name" in s}
+
+
+def run_step(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # the step's script as the runner runs it (bash -e), in the project's root; `patchset` is this checkout's
+    path = os.pathsep.join([str(Path(patchset_argv()[0]).parent), os.environ["PATH"]])
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **env, "PATH": path}, check=False, timeout=600)
+
+
+def _objc_toolchain() -> bool:
+    try:
+        metalcheck.find_toolchain()
+    except BuildError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(shutil.which("patchset") is None or not _objc_toolchain(),
+                    reason="needs the patchset console script, clang, libgnustep-base-dev, libblocksruntime-dev")
+def test_the_metal_workflow_steps_produce_their_outputs_on_linux(tmp_path: Path) -> None:
+    """metal.yml's steps, run here: `build` as written (on Linux: the Metal check, Objective-C included),
+    the op tests and the proofs with the CPU standing in for Metal, then the report step as written:
+    its artifact must hold the outcomes of the verify run it follows."""
+    base = tmp_path / "up"
+    base.mkdir()
+    metal_m = ('#import <Foundation/Foundation.h>\n#import <Metal/Metal.h>\n'
+               'int calc_metal(void) { id<MTLDevice> d = MTLCreateSystemDefaultDevice(); '
+               'NSArray * a = @[@1]; return d != nil && [a[0] intValue] == 1; }\n')
+    src = tv.init_upstream(base, {"ggml/CMakeLists.txt": tv.GGML_CMAKE, "ggml/include/calc.h": tv.CALC_H,
+                                  "ggml/src/calc.c": tv.CALC_C, "ggml/src/ggml-metal/ggml-metal-calc.m": metal_m,
+                                  "tests/test-backend-ops.cpp": tv.program_source("MUL", "calc_mul(2, 2)", 4),
+                                  "tests/test-opt.cpp": tv.program_source("opt", "calc_mul(1, 1)", 1),
+                                  "README": "calc\n"})
+    fixed = tv.CALC_C.replace("return a - b;", "return a + b;")
+    tv.commit_files(src, {"ggml/src/calc.c": fixed,
+                          "tests/test-add.cpp": tv.program_source("add", "calc_add(2, 3)", 5)},
+                    "calc : add adds" + tv.trailers("cpu", "test-add"))
+    tv.commit_files(src, {"ggml/src/calc.c": fixed.replace("int calc_mul", "/* product */\nint calc_mul"),
+                          "tests/test-mul.cpp": tv.program_source("mul", "calc_mul(2, 3)", 6)},
+                    "calc : document mul" + tv.trailers("cpu", "test-mul"))
+    project = tv.write_project(base, src)
+    env = {"PATCHSET_CACHE": str(tmp_path / "cache")}
+    steps = step_runs(ROOT / ".github" / "workflows" / "metal.yml", "metal")
+
+    script, step_env = steps["build"]
+    r = run_step(script, project, {**env, **step_env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 Objective-C" in r.stdout
+
+    # the build, the op tests and the proofs on the CPU: the only backend of theirs that runs here
+    for name in ("build", "op tests", "known-positive proofs on Metal"):
+        script, step_env = steps[name]
+        assert "--backend metal" in script
+        r = run_step(script.replace("--backend metal", "--backend cpu"), project, {**env, **step_env})
+        assert r.returncode in (0, Outcome.NOT_PROVEN.value), f"{name}: {r.stdout}{r.stderr}"
+    cases = json.loads((project / "metal-test.json").read_text())
+    assert cases and ET.parse(project / "metal-test.xml").getroot().iter("testcase")
+
+    script, step_env = steps["outcome table"]
+    r = run_step(script, project, {**env, **step_env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    artifact = project / "metal-report.txt"
+    assert artifact.is_file()
+    text = artifact.read_text()
+    recorded = report_table(load_project(root=project, cache_dir=tmp_path / "cache"))
+    assert {cells["cpu"] for _, cells in recorded} == {PROVEN, NOT_PROVEN}
+    for patch, cells in recorded:
+        row = next((line for line in text.splitlines() if patch in line), None)
+        assert row is not None, f"{patch} missing from the report artifact:\n{text}"
+        assert cells["cpu"] in row

@@ -15,13 +15,12 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
 from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
-from builder.errors import BuildError, InputError, StateError
+from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress, ProgressSink
 
@@ -80,10 +79,6 @@ _TEST_SAFE = ("-DGGML_SCHED_NO_REALLOC=OFF", "-DLLAMA_SANITIZE_ADDRESS=OFF", "-D
 # no network at configure or build time: no HTTPS client, no prebuilt web UI download
 _FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
               "-DLLAMA_BUILD_UI=OFF")
-
-# Metal host sources that are plain C++ and so can be compile-checked anywhere
-METAL_CXX_SOURCES = ("ggml-metal-ops.cpp", "ggml-metal-device.cpp", "ggml-metal-common.cpp", "ggml-metal.cpp")
-
 
 def harness_digest(backend: str) -> str:
     """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""
@@ -347,45 +342,3 @@ def _wipe(build_dir: Path, keep: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
-
-
-def metal_compile_check(source: Path, log: Path, compiler: str = "c++",
-                        on_file: Callable[[str], None] | None = None) -> BuildResult:
-    """Compile the Metal host sources that are plain C++ with -fsyntax-only against the tree.
-
-    Only a check: the Objective-C (.m) and shader (.metal) sources need macOS and are not
-    compiled; nothing is run.
-    """
-    start = time.monotonic()
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    metal = source / "ggml" / "src" / "ggml-metal"
-    ok = True
-    checked = 0
-    for name in METAL_CXX_SOURCES:
-        path = metal / name
-        if not path.exists():
-            continue
-        if on_file:
-            on_file(name)
-        cmd = [compiler, "-std=c++17", "-fsyntax-only", f"-I{source / 'ggml/include'}", f"-I{source / 'ggml/src'}",
-               f"-I{metal}"]
-        if name == "ggml-metal.cpp":
-            # it relies on <memory> through an Objective-C header that is not there on Linux
-            cmd += ["-include", "memory"]
-        r = proc.stream([*cmd, str(path)], log_file=log)
-        checked += 1
-        ok = ok and r.returncode == 0
-    if checked == 0:
-        raise BuildError(f"{metal}: no Metal C++ sources found to check")
-    notes = (
-        f"compile check only: {checked} Metal host C++ file(s) passed g++ -fsyntax-only" if ok else
-        "compile check FAILED on the Metal host C++ sources",
-        "not compiled here: the Objective-C (.m) sources and the .metal shaders (they need macOS)",
-        "nothing was run: no Metal device here",
-    )
-    return BuildResult(
-        "metal", "compile-check", log.parent, log.parent, ok, False, False, checked, time.monotonic() - start, log,
-        "", "", None, first_error=None if ok else first_error(log.read_text(errors="replace")),
-        kind="compile-check", notes=notes,
-    )

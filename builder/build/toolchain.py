@@ -84,11 +84,6 @@ class CcacheStats:
     def minus(self, other: CcacheStats) -> CcacheStats:
         return CcacheStats(self.hits - other.hits, self.misses - other.misses)
 
-    @property
-    def hit_rate(self) -> float | None:
-        total = self.hits + self.misses
-        return self.hits / total if total else None
-
 
 def ccache_stats(ccache: str) -> CcacheStats | None:
     """Counters from `ccache --print-stats` (machine-readable, ccache >= 4.0)."""

@@ -12,8 +12,8 @@ from builder.commands.test_cmd import add_timeout
 from builder.commands.verify_cmd import print_verdicts
 from builder.console import CliProgress, console
 from builder.errors import Outcome
+from builder.orchestrate.bump import CONFLICT, NOT_PROVEN, BumpOptions, BumpResult, bump
 from builder.project import Project
-from builder.series.bump import CONFLICT, NOT_PROVEN, BumpOptions, BumpResult, bump
 
 NAME = "bump"
 HELP = ("move the series to a new upstream only if it rebases, builds, passes the regression sweep and every "

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 
 from builder import proc
@@ -43,6 +42,7 @@ from builder.deliver import drift as driftmod
 from builder.deliver.provenance import Bindings, description_section, local_label, patch_records, provenance
 from builder.errors import BuildError, DriftError, InputError, WorkTreeError
 from builder.gitrepo import ISOLATED
+from builder.locking import hold
 from builder.pipeline import ensure_patched
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
@@ -412,11 +412,8 @@ def build_wheel(project: Project, options: WheelOptions, progress: ProgressSink 
     progress = progress or NullProgress()
     root = wheel_root(project, options.backend)
     root.mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(root.parent / f"{options.backend}.lock"), timeout=5):
-            return _build_locked(project, options, progress)
-    except Timeout as e:
-        raise WorkTreeError(f"{root}: another patchset wheel build of this backend is running") from e
+    with hold(root.parent / f"{options.backend}.lock", 5, purpose="wheel", what=f"a {options.backend} wheel"):
+        return _build_locked(project, options, progress)
 
 
 def _build_locked(project: Project, options: WheelOptions, progress: ProgressSink) -> WheelResult:

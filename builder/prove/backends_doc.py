@@ -41,8 +41,9 @@ checks that it is up to date. Text outside the markers is written by hand and ke
 WORKFLOWS = {
     "metal": "not run: no Apple silicon here. Workflow ready: `.github/workflows/metal.yml` (build, op tests, "
              "`verify --backend metal`: the proofs of the patches that need Metal, evidence uploaded as an "
-             "artifact). On Linux, `.ci/run` compile-checks the Metal host C++ of the patched tree "
-             "(`patchset build --backend metal`).",
+             "artifact). On Linux, `.ci/run` compiles every Metal host source of the patched tree, C++ and "
+             "Objective-C, and the series' Metal test programs with clang against GNUstep and a Metal SDK "
+             "stand-in (`patchset build --backend metal`: a compile check, nothing runs).",
     "cuda": "not run yet. Workflow ready: `.github/workflows/cuda.yml` (build in a CUDA container; tests on a "
             "GPU runner); offline on a GPU machine: `tools/gpu/run.sh`",
     "cpu": "not run yet. Workflow ready: `.github/workflows/linux-cpu.yml`",

@@ -32,7 +32,6 @@ CAUGHT = "caught"
 NOT_BUILT = "not built"
 UNGUARDED = "unguarded"
 EXEMPT = "exempt"
-OUTCOMES = (CAUGHT, NOT_BUILT, EXEMPT, UNGUARDED)
 
 _C_LIKE = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".m", ".mm", ".metal", ".cu", ".cuh")
 _HASH_COMMENTS = (".txt", ".cmake", ".py", ".sh")

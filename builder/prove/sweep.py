@@ -35,7 +35,7 @@ from builder.errors import BuildError, InputError, ProcessError
 from builder.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.prove.verify import checkout_detached
+from builder.prove.trees import checkout_detached
 from builder.series.model import load_series
 from builder.series.workrepo import PATCHED, UPSTREAM
 

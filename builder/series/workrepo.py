@@ -383,14 +383,15 @@ class WorkRepo:
             # of its own, with the 3-way fallback and the checks for "already upstream"
             name = op.queue[0]
             mail = self.queue_dir / name
-            outcome = self._apply_one(mail, op.detect_upstream)
+            outcome, am_output = self._apply_one(mail, op.detect_upstream)
             if outcome is None:
                 op.stopped = True
                 self.save_state(state)
                 # name the series' file, not the queue's 0002.patch
                 position = len(op.done) + 1
                 shown = op.name_at(position - 1, name)
-                raise StoppedOnConflict(self._conflict(op.kind, position, total, shown, mail), self.path)
+                raise StoppedOnConflict(self._conflict(op.kind, position, total, shown, mail, am_output),
+                                        self.path)
             op.done.append(PatchOutcome(name, outcome, self.git.out("rev-parse", "HEAD")))
             op.queue.pop(0)
             self.save_state(state)
@@ -444,27 +445,28 @@ class WorkRepo:
                          env=COMMITTER, check=False)
         return r.returncode, r.stdout + r.stderr
 
-    def _apply_one(self, mail: Path, detect_upstream: bool) -> str | None:
+    def _apply_one(self, mail: Path, detect_upstream: bool) -> tuple[str | None, str]:
+        """The outcome of applying `mail` on its own, and what `git am` said when it stopped on a
+        conflict (outcome None), for the conflict's description."""
         if self.git.run("apply", "--check", str(mail), check=False).returncode == 0:
             rc, _ = self._am(str(mail))
             if rc == 0:
-                return OUTCOME_CLEAN
+                return OUTCOME_CLEAN, ""
             if self._am_changes_nothing():
                 self.git.run("am", "--skip", check=False)
-                return OUTCOME_UPSTREAM
+                return OUTCOME_UPSTREAM, ""
             self.git.run("am", "--abort", check=False)
         if detect_upstream and self.git.run("apply", "--check", "--reverse", str(mail), check=False).returncode == 0:
-            return OUTCOME_UPSTREAM
+            return OUTCOME_UPSTREAM, ""
         head = self.git.out("rev-parse", "HEAD")
         rc, out = self._am("--3way", str(mail))
         if rc == 0:
             # a merge that changes nothing is no commit: am says "already applied" and goes on
-            return OUTCOME_3WAY if self.git.out("rev-parse", "HEAD") != head else OUTCOME_UPSTREAM
+            return (OUTCOME_3WAY if self.git.out("rev-parse", "HEAD") != head else OUTCOME_UPSTREAM), ""
         if self._am_changes_nothing():
             self.git.run("am", "--skip", check=False)
-            return OUTCOME_UPSTREAM
-        self._last_am_output = out
-        return None
+            return OUTCOME_UPSTREAM, ""
+        return None, out
 
     def _am_changes_nothing(self) -> bool:
         """After `git am` stopped: does the patch it stopped at change nothing on HEAD?
@@ -486,9 +488,8 @@ class WorkRepo:
             r = self.git.run("apply", "--cached", "--3way", str(patch), env=env, check=False)
             return r.returncode == 0 and self.git.out("write-tree", env=env) == self.git.tree_of("HEAD")
 
-    def _conflict(self, kind: str, position: int, total: int, name: str, mail: Path) -> ConflictInfo:
-        out = getattr(self, "_last_am_output", "")
-        failed = re.findall(r"error: patch failed: (\S+:\d+)", out)
+    def _conflict(self, kind: str, position: int, total: int, name: str, mail: Path, am_output: str) -> ConflictInfo:
+        failed = re.findall(r"error: patch failed: (\S+:\d+)", am_output)
         conflicted = self.git.out("diff", "--name-only", "--diff-filter=U").split()
         if not failed:
             check = self.git.run("apply", "--check", str(mail), check=False)

@@ -12,19 +12,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
+from builder import proc
 from builder.errors import ProcessError, ProcessTimeout, SourceError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo, init_repo
+from builder.locking import CACHE_LOCK_TIMEOUT_S, cache_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream.pin import BundleSource, GitSource, Pin, SdistSource, Source
 
@@ -96,7 +93,7 @@ def _expected_tree(pin: Pin, index: int | None) -> str:
     return pin.tree
 
 
-def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_timeout: float = 1800,
+def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_timeout: float = CACHE_LOCK_TIMEOUT_S,
           bundle: Path | None = None) -> Fetched:
     """Make the pinned tree present and verified in the cache; a no-op when it already is.
 
@@ -109,23 +106,12 @@ def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_
     if bundle is not None:
         pin = dataclasses.replace(pin, sources=(BundleSource(str(bundle.resolve())), *pin.sources))
     progress = progress or NullProgress()
-    with cache_lock(cache_dir, lock_timeout):
+    with cache_lock(cache_dir, lock_timeout, purpose="fetch"):
         # another process may have fetched it while we waited for the lock
         found = lookup(cache_dir, pin)
         if found:
             return found
         return _fetch_locked(cache_dir, pin, progress)
-
-
-@contextmanager
-def cache_lock(cache_dir: Path, timeout: float = 1800) -> Iterator[None]:
-    """Hold the cache's lock file: downloads and imports of two processes never interleave."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(cache_dir / "lock"), timeout=timeout):
-            yield
-    except Timeout as e:
-        raise SourceError(f"{cache_dir / 'lock'}: another patchset process holds the cache lock") from e
 
 
 def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
@@ -177,10 +163,7 @@ def fetch_timeout() -> float:
 
     A remote that stops answering is then a failed source, and the next source is tried.
     """
-    try:
-        return float(os.environ.get("PATCHSET_FETCH_TIMEOUT", "3600"))
-    except ValueError:
-        return 3600.0
+    return proc.env_seconds("PATCHSET_FETCH_TIMEOUT", 3600.0)
 
 
 def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:

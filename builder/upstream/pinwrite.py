@@ -29,9 +29,10 @@ from pathlib import Path, PurePosixPath
 
 from builder.errors import InputError
 from builder.gitrepo import GitRepo, init_repo
+from builder.locking import cache_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.upstream import mirror
-from builder.upstream.fetch import cache_lock, fetch_git_ref, import_tree
+from builder.upstream.fetch import fetch_git_ref, import_tree
 from builder.upstream.pin import GitSource, Pin, SdistSource, Source
 
 _SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -93,7 +94,7 @@ def make_pin(cache_dir: Path, req: PinRequest, progress: ProgressSink | None = N
         raise InputError(f"--date '{req.date}': give the commit date as YYYY-MM-DD")
     if req.subdir.startswith("/") or ".." in PurePosixPath(req.subdir).parts:
         raise InputError(f"--subdir '{req.subdir}': a relative path inside the archive")
-    with cache_lock(cache_dir):
+    with cache_lock(cache_dir, purpose="pin"):
         tmp_root = cache_dir / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="pin-", dir=tmp_root))

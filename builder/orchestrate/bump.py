@@ -35,7 +35,18 @@ from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
-from builder.errors import EXIT_USAGE, InputError, PatchsetError, WorkTreeError
+from builder.errors import (
+    BuildError,
+    ConflictError,
+    InputError,
+    PatchsetError,
+    ProcessError,
+    SeriesError,
+    SourceError,
+    StateError,
+    TestRunError,
+    WorkTreeError,
+)
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.pipeline import declared_tests, run_build
@@ -66,7 +77,6 @@ from builder.upstream.pin import Pin, dump_pin, load_pin
 log = logging.getLogger("patchset")
 
 REBASE, BUILD, SWEEP, VERIFY = "rebase", "build", "sweep", "verify"
-STAGES = (REBASE, BUILD, SWEEP, VERIFY)
 
 # what a failed stage amounts to (the command turns it into the exit code)
 CONFLICT = "conflict"
@@ -262,12 +272,20 @@ def _reports(found: dict[str, object]) -> dict:
             "verify": found.get(VERIFY)}
 
 
+# what a stage raises when the series fails it on the new upstream: a build, a test program or a
+# command that failed (a failed stage, in the report); anything else it raises is not about the
+# series (bad input, a lock another process holds, a work tree we refuse to touch) and stays what it is
+_STAGE_FAILURES = (BuildError, TestRunError, ProcessError, SourceError, StateError, ConflictError)
+
+
 def _stage_error(stage: str, e: PatchsetError) -> _Failed:
-    """A stage that raised. In verify a patch (or its mutation) that does not apply to the trees it
-    is proven on is not proven there; elsewhere bad input stays what it is (exit 2)."""
-    if e.exit_code == EXIT_USAGE and stage != VERIFY:
-        raise e
-    return _Failed(stage, NOT_PROVEN if e.exit_code == EXIT_USAGE else FAILED, str(e))
+    """A stage that raised, sorted by the kind of error. In verify a patch (or its mutation) that
+    does not apply to the trees it is proven on (SeriesError) is not proven there."""
+    if stage == VERIFY and isinstance(e, SeriesError):
+        return _Failed(stage, NOT_PROVEN, str(e))
+    if isinstance(e, _STAGE_FAILURES):
+        return _Failed(stage, FAILED, str(e))
+    raise e
 
 
 def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> RebaseReport:

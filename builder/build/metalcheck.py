@@ -1,0 +1,260 @@
+"""The Metal backend's host sources compiled on a machine without macOS (`patchset build --backend
+metal` on Linux): every C++ and Objective-C source of `ggml/src/ggml-metal/`, and the series' Metal
+test programs, with clang `-fsyntax-only` against GNUstep's Foundation and the Metal SDK stand-in
+kept in `builder/metal_sdk/` (its README says what it declares and where each signature comes
+from). Nothing is linked or run.
+
+Before compiling, the Apple names the tree uses (`MTL*`, `NS*`, `dispatch_*`, ...) are compared
+with the names the stand-in and GNUstep declare: a pin that uses new API fails with the list of
+what the stand-in lacks, not with a compiler error per use. Errors come from clang's serialized
+diagnostics (`builder/build/sdiag.py`), never from its text.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import proc
+from builder.build import sdiag
+from builder.build.cmakebuild import BuildResult, CompilerError
+from builder.errors import BuildError
+from builder.fsutil import atomic_write_text
+
+SDK_DIR = Path(__file__).parent.parent / "metal_sdk"
+APT_PACKAGES = ("clang", "libgnustep-base-dev", "libblocksruntime-dev")
+"""What the check needs on Debian or Ubuntu (README.md, .ci/run)."""
+GNUSTEP_INCLUDE = Path("/usr/include/GNUstep")
+BLOCKS_HEADER = Path("/usr/include/Block.h")
+GCC_OBJC_GLOB = "/usr/lib/gcc/*/*/include/objc/objc.h"
+
+# The Objective-C files are compiled once per CPU the tree tells apart (`#if TARGET_CPU_X86_64`),
+# so that every branch of theirs is compiled by one pass.
+OBJC_PASSES: tuple[tuple[str, tuple[str, ...]], ...] = (("arm64", ()), ("x86_64", ("-DPATCHSET_METAL_SDK_X86_64",)))
+# The tree is written for Apple's Objective-C runtime: object subscripting (`array[i]`) and literals
+# need a non-fragile one (with `-fobjc-runtime=gcc` clang reads `array[i]` as pointer arithmetic).
+OBJC_FLAGS = ("-x", "objective-c", "-std=gnu11", "-fblocks", "-fobjc-runtime=macosx-14.0",
+              # a selector the stand-in lacks is an error, not a guessed `id` return
+              "-Werror=objc-method-access")
+CXX_FLAGS = ("-x", "c++", "-std=c++17")
+
+# Apple API names: Metal, MetalPerformancePrimitives, Foundation, dispatch, os_log, Mach, QoS
+API_NAME = re.compile(r"\b(?:MTL\w+|MPP\w+|NS[A-Z]\w*|dispatch_\w+|DISPATCH_\w+|os_log\w*|OS_LOG\w*|"
+                      r"QOS_CLASS_\w+|vm_\w+|kern_\w+|KERN_\w+|mach_\w+|VM_FLAGS_\w+)\b")
+_WORD = re.compile(r"\b\w+\b")
+# comments and string or character literals, replaced by blanks (newlines kept) before a scan
+_NOT_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|@?"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+# names the tree declares itself (`#define MTLX`, `static const NSInteger MTLGPUFamilyMetal3_GGML = ...`)
+_TREE_DEFINES = re.compile(r"^\s*(?:#\s*define\s+(\w+)|(?:(?:static|const)\s+)+\w+\s+\**\s*(\w+)\s*=)", re.M)
+
+
+@dataclass(frozen=True)
+class ObjcToolchain:
+    """clang and the headers the Objective-C half needs on Linux."""
+
+    clang: str
+    gnustep: Path
+    gcc_objc: Path
+    """gcc's `include/objc` folder (GNUstep's Foundation includes `<objc/objc.h>` from it)."""
+
+
+@dataclass(frozen=True)
+class MissingName:
+    """An Apple name the tree uses that neither the stand-in nor GNUstep declares."""
+
+    name: str
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.name}"
+
+
+def find_toolchain() -> ObjcToolchain:
+    """clang, GNUstep's headers and gcc's objc headers, or a BuildError naming the packages."""
+    clang = shutil.which("clang")
+    objc = sorted(glob.glob(GCC_OBJC_GLOB), key=_version_key)
+    missing = [what for what, ok in (("clang", clang), ("GNUstep Foundation headers",
+                                                          (GNUSTEP_INCLUDE / "Foundation" / "Foundation.h").is_file()),
+                                      ("gcc's objc headers", objc), ("Block.h", BLOCKS_HEADER.is_file())) if not ok]
+    if missing or clang is None:
+        raise BuildError(f"the Linux Metal check needs {', '.join(missing)}: install the packages "
+                         f"{' '.join(APT_PACKAGES)} (apt-get install -y {' '.join(APT_PACKAGES)})")
+    return ObjcToolchain(clang, GNUSTEP_INCLUDE, Path(objc[-1]).parent)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    # /usr/lib/gcc/<triple>/<version>/include/objc/objc.h: the newest gcc wins
+    version = Path(path).parents[2].name
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def host_sources(source: Path) -> list[Path]:
+    """Every host source of the tree's Metal backend (C++ and Objective-C)."""
+    metal = source / "ggml" / "src" / "ggml-metal"
+    return sorted(p for p in metal.iterdir() if p.suffix in (".cpp", ".m")) if metal.is_dir() else []
+
+
+def code_of(text: str) -> str:
+    """Source text with comments and string literals blanked (line numbers kept)."""
+    return _NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def _declared_in(headers: Iterable[Path]) -> set[str]:
+    names: set[str] = set()
+    for h in headers:
+        names.update(_WORD.findall(code_of(h.read_text(errors="replace"))))
+    return names
+
+
+def declared_names(tc: ObjcToolchain) -> set[str]:
+    """Every identifier in the code (not the comments) of the stand-in's, GNUstep's and gcc's objc headers."""
+    roots = [SDK_DIR, tc.gnustep / "Foundation", tc.gnustep / "GNUstepBase", tc.gcc_objc]
+    return _declared_in(p for r in roots if r.is_dir() for p in r.rglob("*.h"))
+
+
+def missing_names(files: Iterable[Path], declared: set[str], source: Path) -> list[MissingName]:
+    """The Apple names `files` use that are neither in `declared` nor declared by the tree itself,
+    each with its first use, in file order."""
+    texts = {f: code_of(f.read_text(errors="replace")) for f in files}
+    own: set[str] = set()
+    metal = source / "ggml" / "src" / "ggml-metal"
+    for h in sorted(metal.glob("*.h")) if metal.is_dir() else []:
+        own.update(n for m in _TREE_DEFINES.finditer(code_of(h.read_text(errors="replace"))) for n in m.groups() if n)
+    for text in texts.values():
+        own.update(n for m in _TREE_DEFINES.finditer(text) for n in m.groups() if n)
+    out: dict[str, MissingName] = {}
+    for f, text in texts.items():
+        for m in API_NAME.finditer(text):
+            name = m.group(0)
+            if name in declared or name in own or name in out:
+                continue
+            out[name] = MissingName(name, _rel(f, source), text.count("\n", 0, m.start()) + 1)
+    return list(out.values())
+
+
+def _rel(path: Path | str, source: Path) -> str:
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(source.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@dataclass(frozen=True)
+class _Compile:
+    file: Path
+    label: str
+    argv: tuple[str, ...]
+    dia: Path
+
+
+def _plan(source: Path, tc: ObjcToolchain, programs: Iterable[str], work: Path) -> list[_Compile]:
+    metal = source / "ggml" / "src" / "ggml-metal"
+    # gcc's objc/ alone: its whole include folder would also put gcc's <stdatomic.h> before clang's
+    shim = work / "gcc-objc"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "objc"
+    if not (link.is_symlink() and link.resolve() == tc.gcc_objc.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(tc.gcc_objc, target_is_directory=True)
+    common = ("-fsyntax-only", "-fno-color-diagnostics", f"-I{source / 'ggml/include'}", f"-I{source / 'ggml/src'}",
+              f"-I{metal}")
+    objc_inc = (f"-I{SDK_DIR}", f"-I{tc.gnustep}", f"-I{shim}")
+    clangxx = tc.clang + "++" if shutil.which(tc.clang + "++") else tc.clang
+    plan: list[_Compile] = []
+    for f in host_sources(source):
+        if f.suffix == ".m":
+            for cpu, defs in OBJC_PASSES:
+                dia = work / f"{f.name}.{cpu}.dia"
+                plan.append(_Compile(f, f"{f.name} ({cpu})", (tc.clang, *OBJC_FLAGS, *common, *objc_inc, *defs,
+                                                              "--serialize-diagnostics", str(dia), str(f)), dia))
+        else:
+            # ggml-metal.cpp relies on <memory> through Apple's headers (libc++ includes it transitively)
+            extra = ("-include", "memory") if f.name == "ggml-metal.cpp" else ()
+            dia = work / f"{f.name}.dia"
+            plan.append(_Compile(f, f.name, (clangxx, *CXX_FLAGS, *common, *extra, "--serialize-diagnostics",
+                                             str(dia), str(f)), dia))
+    for prog in programs:
+        f = source / "tests" / f"{prog}.cpp"
+        if f.is_file():
+            dia = work / f"{prog}.dia"
+            plan.append(_Compile(f, f"tests/{prog}.cpp", (clangxx, *CXX_FLAGS, *common, "--serialize-diagnostics",
+                                                          str(dia), str(f)), dia))
+    return plan
+
+
+def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: int | None = None) -> BuildResult:
+    """Compile every Metal host source of `source` and the given test programs (tests/<name>.cpp)
+    with -fsyntax-only; a failed check is a result with ok=False and the first error's file:line."""
+    start = time.monotonic()
+    tc = find_toolchain()
+    work = log.parent
+    work.mkdir(parents=True, exist_ok=True)
+    sources = host_sources(source)
+    if not sources:
+        raise BuildError(f"{source / 'ggml/src/ggml-metal'}: no Metal host sources found to check")
+    programs = tuple(programs)
+    checked_files = [*sources, *(source / "tests" / f"{p}.cpp" for p in programs
+                                 if (source / "tests" / f"{p}.cpp").is_file())]
+    missing = missing_names(checked_files, declared_names(tc), source)
+    if missing:
+        listing = "".join(f"{m}: not declared by the Metal SDK stand-in (builder/metal_sdk) nor GNUstep\n"
+                       for m in missing)
+        atomic_write_text(log, listing)
+        m0 = missing[0]
+        return _result(False, 0, start, log, CompilerError(
+            m0.file, m0.line, f"{m0.name} is not declared by the Metal SDK stand-in "
+                              f"(and {len(missing) - 1} more name(s); see {log})"),
+            (f"the tree uses {len(missing)} Apple name(s) the Metal SDK stand-in lacks (builder/metal_sdk/README.md "
+             "says how to add one): " + ", ".join(m.name for m in missing),))
+    plan = _plan(source, tc, programs, work)
+    for c in plan:
+        c.dia.unlink(missing_ok=True)
+
+    def one(c: _Compile) -> tuple[_Compile, proc.Completed]:
+        return c, proc.run(c.argv, check=False, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        done = list(pool.map(one, plan))
+    errors: list[sdiag.Diagnostic] = []
+    outputs: list[str] = []
+    for c, r in done:
+        outputs.append(f"== {c.label}: {' '.join(c.argv)}\n{r.stdout}{r.stderr}")
+        diags = sdiag.read(c.dia) if c.dia.is_file() else []
+        errs = [d for d in diags if d.is_error]
+        if r.returncode != 0 and not errs:
+            raise BuildError(f"clang failed on {_rel(c.file, source)} without a diagnostic (exit {r.returncode}); "
+                             f"see {log}")
+        errors += errs
+    atomic_write_text(log, "\n".join(outputs))
+    ok = not errors
+    n_objc = sum(1 for f in sources if f.suffix == ".m")
+    n_cxx = len(sources) - n_objc
+    notes = (
+        (f"compile check only: {len(checked_files)} file(s) passed clang -fsyntax-only: {n_cxx} Metal host C++, "
+         f"{n_objc} Objective-C (for arm64 and x86_64) against GNUstep and the Metal SDK stand-in, "
+         f"{len(checked_files) - len(sources)} test program(s)") if ok else
+        f"compile check FAILED: {len(errors)} error(s) in the Metal host sources and test programs",
+        "not compiled here: the .metal shaders (they need Apple's Metal compiler)",
+        "nothing was run: no Metal device here",
+    )
+    first = None
+    if errors:
+        e = errors[0]
+        first = CompilerError(_rel(e.file, source), e.line, e.message)
+    return _result(ok, len(plan), start, log, first, notes)
+
+
+def _result(ok: bool, steps: int, start: float, log: Path, first: CompilerError | None,
+            notes: tuple[str, ...]) -> BuildResult:
+    return BuildResult("metal", "compile-check", log.parent, log.parent, ok, False, False, steps,
+                       time.monotonic() - start, log, "", "", None, first_error=first, kind="compile-check",
+                       notes=notes)

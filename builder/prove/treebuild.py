@@ -1,0 +1,194 @@
+"""Building one proof tree and running the patch's tests on it, in the verify worktree.
+
+The trees are checked out one after another into one worktree (`.patchset/verify/src`) and built
+in one build folder per backend, so switching trees recompiles only the files that differ; the
+tree `patchset build` built already is built in its own folder instead. What each build read
+(ninja's record) is kept for the proof's evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from builder.build import cmakebuild as buildmod
+from builder.build import testrun
+from builder.build.toolchain import find_tool
+from builder.pipeline import programs_for
+from builder.progress import ProgressSink
+from builder.project import Project
+from builder.prove import affected
+from builder.prove import evidence as ev
+from builder.prove import hunks as hk
+from builder.prove.trees import Trees, checkout_detached
+from builder.series.model import Patch, Series, TestSpec
+from builder.series.workrepo import WorkRepo
+
+
+def _needs_full(source: Path, program: str) -> bool:
+    """A test that includes llama's own headers cannot build against ggml alone."""
+    f = source / "tests" / f"{program}.cpp"
+    if not f.exists():
+        return False
+    text = f.read_text(errors="replace")
+    return '#include "llama' in text or '#include "common.h"' in text
+
+
+def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
+    args = list(t.args)
+    prof = buildmod.profile(backend)
+    if t.program == "test-backend-ops" and "-b" not in args:
+        args += ["-b", prof.device]
+    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
+
+
+class TreeBuilder:
+    """Builds proof trees and runs tests on them; remembers what each build read."""
+
+    def __init__(self, project: Project, work: WorkRepo, series: Series, progress: ProgressSink, *,
+                 jobs: int | None, cuda_arch: str | None, timeout: float | None) -> None:
+        self.project = project
+        self.work = work
+        self.series = series
+        self.progress = progress
+        self.jobs = jobs
+        self.cuda_arch = cuda_arch
+        self.timeout = timeout
+        """The limit of each test program unless run_tree is given one."""
+        self.src = project.state_dir / "verify" / "src"
+        self._checked_out: str | None = None
+        self.later: list[tuple[Trees, tuple[str, ...]]] = []
+        """Trees and test programs of the jobs still to come: what a build may make for them too."""
+        self.inputs: dict[str, tuple[str, ...] | None] = {}
+        """Per commit built: the files of the tree its test programs were built from (None: ninja
+        could not say; empty: the build failed)."""
+        self.last_build: tuple[Path, Path] | None = None
+        """(build folder, tree) of the last tree built."""
+
+    def checkout(self, commit: str) -> None:
+        if self._checked_out != commit:
+            checkout_detached(self.work.git, self.src, commit)
+        self._checked_out = commit
+
+    # -- one tree --------------------------------------------------------------------------------
+    def _is_work_tree(self, commit: str) -> bool:
+        """True when the work repository has exactly `commit`'s tree checked out, with no edits."""
+        git = self.work.git
+        return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
+
+    def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
+                 timeout: float | None = None, *, record_inputs: bool = True) -> ev.Step:
+        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's).
+
+        `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
+        over to a later tree; a tree with one hunk reverted is never carried over)."""
+        # the tree `patchset build` built already (the after tree of the last patch, usually):
+        # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
+        reuse = self._is_work_tree(commit)
+        if not reuse:
+            self.checkout(commit)
+        src = self.work.path if reuse else self.src
+        programs = tuple(dict.fromkeys(t.program for t in tests))
+        targets = "full" if any(_needs_full(src, p) for p in programs) else "minimal"
+        present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
+        spec = buildmod.BuildSpec(
+            source=src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
+            targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
+        )
+        if reuse:
+            # the programs `patchset build` configured, less defaults a tree without them (a test's
+            # mini-upstream) cannot configure
+            mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
+            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
+                                       programs=mine if targets == "minimal" else present)
+        extra = self._shared_programs(commit, present) if targets == "minimal" and not reuse else ()
+        self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
+        used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
+        result = buildmod.build(used)
+        if extra and not result.ok:
+            # a program built ahead for a later tree must not decide this tree's verdict
+            used = spec
+            result = buildmod.build(used)
+        self.progress.end()
+        command = f"cmake --build {used.build_dir} --target {' '.join(buildmod.ninja_targets(used))}"
+        tree_id = self.work.git.tree_of(commit)
+        # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
+        # files the other trees' programs were built from, in its own version: () adds none
+        if record_inputs:
+            self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
+        self.last_build = (used.build_dir, src)
+        if not result.ok:
+            errors = _compiler_errors(result.log)
+            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
+            return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
+                           verdict="build-fails" if only_tests else "build-failed")
+        runs = []
+        any_fail = False
+        all_pass = True
+        log_dir = self.project.state_dir / "verify" / "logs" / patch.name.removesuffix(".patch") / backend
+        for i, t in enumerate(tests, 1):
+            inv = invocation(t, backend)
+            self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
+            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
+                                    timeout=self.timeout if timeout is None else timeout)
+            self.progress.end()
+            runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
+                         "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
+                         "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
+                         "failing": r.failing_lines()[:50], "notes": list(r.notes),
+                         "trace": str(r.trace) if r.trace else None})
+            any_fail = any_fail or r.verdict in (testrun.FAILED, testrun.CRASHED)
+            all_pass = all_pass and r.verdict == testrun.PASSED
+        verdict = "fails" if any_fail else ("passes" if all_pass else "nothing checked")
+        return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
+
+    def _shared_programs(self, commit: str, own: tuple[str, ...]) -> tuple[str, ...]:
+        """Test programs a later job needs whose source is the same in this tree.
+
+        Built in the same run as this tree's own programs they share its two cores (a lone
+        test-backend-ops.cpp takes ~28 s on one), and ninja has nothing left to do for them
+        when the later tree comes, unless the libraries changed in between.
+        """
+        git = self.work.git
+        found: list[str] = []
+        for trees, programs in self.later:
+            for program in programs:
+                if program in own or program in found:
+                    continue
+                path = f"tests/{program}.cpp"
+                here = git.blob(commit, path)
+                later = (trees.before, trees.after, *trees.mutations)
+                if here and any(git.blob(c, path) == here for c in later):
+                    found.append(program)
+        return tuple(found)
+
+    # -- the compile database ------------------------------------------------------------------------
+    def compile_db(self) -> hk.CompileDb | None:
+        """The compilation database of the build folder the after tree was just built in."""
+        if self.last_build is None:
+            return None
+        build_dir, src = self.last_build
+        return hk.CompileDb.read(find_tool("ninja").path, build_dir, src)
+
+
+def _compiler_errors(log: Path) -> list[str]:
+    errors = []
+    lines = log.read_text(errors="replace").splitlines()
+    for line in lines:
+        m = buildmod._ERROR.match(line)
+        if m:
+            errors.append(f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}")
+    if not errors:
+        # the linker has no file:line form: name the symbol it could not find
+        errors = [line.strip() for line in lines if "undefined reference to" in line]
+    return errors
+
+
+def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
+    file = error.split(":", 1)[0]
+    try:
+        rel = Path(file).resolve().relative_to(src.resolve()).as_posix()
+    except ValueError:
+        rel = file
+    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in test_paths)
+

@@ -1,0 +1,105 @@
+"""The trees a proof runs on, made with git plumbing only, and the one worktree they are checked out in.
+
+For patch k: before = pin + patches 1..k-1 + only patch k's test paths; after = pin + 1..k;
+mutation = after + the patch's known-bad variant. The commits are made in a temporary index (the
+user's work tree and patches/ are never touched).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import ProcessError, SeriesError
+from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
+from builder.series.model import Series
+
+_DATE = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+         "GIT_AUTHOR_NAME": "patchset verify", "GIT_AUTHOR_EMAIL": "verify@patchset.invalid"}
+
+
+@dataclass(frozen=True)
+class Trees:
+    before: str
+    after: str
+    mutations: tuple[str, ...]
+    parent: str = ""
+    """The after tree of the previous patch (the pin for the first): what the patch applies on."""
+
+    def named(self) -> list[tuple[str, str]]:
+        """(name, commit) of each proof tree: before, after, mutation, mutation-2, ..."""
+        refs = [("before", self.before), ("after", self.after)]
+        return refs + [("mutation" if i == 1 else f"mutation-{i}", c) for i, c in enumerate(self.mutations, 1)]
+
+
+class TreeMaker:
+    """Builds the before/after/mutation commits of each patch with plumbing only."""
+
+    def __init__(self, git: GitRepo, base: str, tmp: Path) -> None:
+        self.git = git
+        self.base = base
+        self.tmp = tmp
+
+    def commit(self, parent: str, mail: Path, message: str, include: tuple[str, ...] = ()) -> str:
+        index = self.tmp / "index"
+        index.unlink(missing_ok=True)
+        env = {**ISOLATED, **COMMITTER, **_DATE, "GIT_INDEX_FILE": str(index)}
+        self.git.run("read-tree", parent, env=env)
+        args = ["apply", "--cached", "--whitespace=nowarn"]
+        for p in include:
+            args += [f"--include={p}", f"--include={p.rstrip('/')}/*"]
+        try:
+            self.git.run(*args, str(mail), env=env)
+        except ProcessError as e:
+            raise SeriesError(f"{mail.name}: does not apply on {parent[:12]} ({e.stderr.strip()}); "
+                              "run `patchset apply` to see and resolve the conflict") from e
+        tree = self.git.out("write-tree", env=env)
+        if include and tree == self.git.tree_of(parent):
+            raise SeriesError(
+                f"{mail.name}: Patchset-Test-Paths ({' '.join(include)}) match no file the patch changes")
+        return self.git.out("commit-tree", tree, "-p", parent, "-m", message, env=env)
+
+    def for_series(self, series: Series, patches_dir: Path) -> dict[int, Trees]:
+        trees: dict[int, Trees] = {}
+        prev = self.base
+        for p in series.patches:
+            if p.meta.test_in_tree or not p.meta.tests:
+                # a fix to the test program itself: before is the tree it applies on; a patch with no
+                # test has no before tree to run (a fork's series is mostly such patches)
+                before = prev
+            else:
+                before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
+            after = self.commit(prev, p.path, f"verify: after {p.name}")
+            mutations = tuple(self.commit(after, patches_dir / m, f"verify: mutation {m}") for m in p.meta.mutation)
+            trees[p.index] = Trees(before, after, mutations, prev)
+            for kind, c in trees[p.index].named():
+                self.git.update_ref(f"refs/patchset/verify/{p.index:04d}/{kind}", c)
+            prev = after
+        return trees
+
+
+def checkout_detached(git: GitRepo, path: Path, commit: str) -> None:
+    """Make `path` a worktree of `git` with exactly `commit` checked out (detached, clean).
+
+    One worktree per purpose, switched from tree to tree: a switch rewrites only the files that
+    differ, so the build folder beside it recompiles only those.
+    """
+    if not (path / ".git").exists():
+        if path.exists():
+            shutil.rmtree(path)
+        git.run("worktree", "prune")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git.run("worktree", "add", "--detach", "--force", str(path), commit)
+        return
+    wt = GitRepo(path)
+    if wt.rev("HEAD") != commit or wt.is_dirty():
+        wt.run("checkout", "--quiet", "--detach", "--force", commit)
+        wt.run("clean", "-fdxq")
+
+
+def make_trees(git: GitRepo, base: str, series: Series, patches_dir: Path) -> dict[int, Trees]:
+    """The proof trees of every patch of `series` on `base`, by patch index."""
+    with tempfile.TemporaryDirectory(prefix="patchset-verify-") as tmp:
+        return TreeMaker(git, base, Path(tmp)).for_series(series, patches_dir)

@@ -1,0 +1,66 @@
+"""The Linux Metal check on the real pin and the real series: every host source of ggml-metal, the
+two Objective-C files included, and the series' Metal test programs compile against GNUstep and the
+Metal SDK stand-in, on the patched tree and on the pin alike. Needs the apt packages the check needs."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.build import metalcheck
+from builder.errors import BuildError
+from builder.gitrepo import GitRepo
+from builder.pipeline import declared_tests, run_build
+from builder.project import Project, load_project
+from builder.series.model import load_series
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _toolchain() -> bool:
+    try:
+        metalcheck.find_toolchain()
+    except BuildError:
+        return False
+    return True
+
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(sys.platform != "linux" or not _toolchain(),
+                                 reason="the Linux Metal check needs Linux, clang and GNUstep")]
+
+
+@pytest.fixture(scope="module")
+def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    root = tmp_path_factory.mktemp("real-project")
+    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
+                        cache_dir=real_pin_cache)
+
+
+def test_the_patched_tree_and_the_pin_pass_the_linux_metal_check(project: Project, tmp_path: Path) -> None:
+    r = run_build(project, "metal")
+    assert r.ok, f"{r.first_error} (log {r.log})"
+    assert r.kind == "compile-check"
+    log = r.log.read_text()
+    sources = metalcheck.host_sources(project.work_repo)
+    assert {p.name for p in sources} >= {"ggml-metal-context.m", "ggml-metal-device.m", "ggml-metal.cpp"}
+    for p in sources:
+        assert p.name in log
+    programs = [prog for prog, _ in declared_tests(load_series(project.patches_dir), "metal")]
+    for prog in programs:
+        if (project.work_repo / "tests" / f"{prog}.cpp").is_file():
+            assert f"tests/{prog}.cpp" in log
+
+    pin = tmp_path / "pin"
+    GitRepo(project.work_repo).run("worktree", "add", "--detach", str(pin), "upstream")
+    try:
+        r = metalcheck.compile_check(pin, tmp_path / "pin-check" / "check.log", programs)
+        assert r.ok, f"{r.first_error} (log {r.log})"
+        assert "ggml-metal-context.m (arm64)" in r.log.read_text()
+    finally:
+        GitRepo(project.work_repo).run("worktree", "remove", "--force", str(pin))

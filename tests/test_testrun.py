@@ -195,7 +195,7 @@ def test_cuda_test_mode_passes_with_the_series_wide_cases() -> None:
 
 def test_cuda_failure_diagnostic_printed_before_the_case_name() -> None:
     # captured from the same build with CUDA's ACC kernel broken on purpose (stale memory past
-    # 1024 elements of a row, the shape of the Metal bug that patch 4 fixes)
+    # 1024 elements of a row, the shape of the Metal bug that patch 5 fixes)
     p = program("test-backend-ops", read("cuda-test-acc-broken.txt"), returncode=1)
     failing = [c for c in p.cases if c.status == FAIL]
     assert len(failing) == 6 and all(c.name == "ACC" for c in failing)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.build.toolchain import find_ccache
 from builder.cli import build_parser
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
@@ -279,3 +280,19 @@ def test_force_is_a_flag_of_verify() -> None:
     args = build_parser().parse_args(["verify", "--force"])
     assert args.no_reuse is True
     assert build_parser().parse_args(["verify"]).no_reuse is False
+
+
+def test_a_test_file_that_fails_to_compile_is_named_so_when_the_compiler_prints_relative_paths(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ccache's base_dir (a user's CCACHE_BASEDIR) hands the compiler paths relative to the build
+    # folder, and so its errors name them; patch 7's before tree fails in its test file only
+    if find_ccache() is None:
+        pytest.skip("no ccache here (the project's [ccache] extra)")
+    monkeypatch.setenv("CCACHE_BASEDIR", str(project.root))
+    report = verify(project, ["7"], backends=["cpu"], reuse=False)
+    (v,) = report.verdicts
+    assert v.outcome == PROVEN, v.reason
+    data = json.loads(v.evidence_json.read_text())
+    before = next(s for s in data["steps"] if s["tree"] == "before")
+    assert before["verdict"] == "build-fails"
+    assert any(e.startswith("../") for e in before["build_errors"]), before["build_errors"]

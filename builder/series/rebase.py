@@ -119,8 +119,11 @@ def rebase(project: Project, onto: str) -> RebaseResult:
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
-        work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
+        # the operation is recorded first: a process killed after it has its rollback (to pre_upstream),
+        # one killed before it has moved nothing; the other way round, a rerun found `upstream` moved
+        # and no operation to roll back, and took the new upstream's commits for patches
         work.start(op, mails, fetched.commit)
+        work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         outcomes = work.run_queue()
         return _finish(project, work, old_pin, new_pin, outcomes)
 

@@ -7,6 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from builder import proc
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -21,6 +23,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     0666 less the umask (mkstemp's own 0600 would hide outputs such as a wheel's provenance from
     other users and drop a script's executable bit).
     """
+    # a point where the test suite's fault injection can kill the process (nothing written yet)
+    proc.fault_point(f"write {path} [write]")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o7777

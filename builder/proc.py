@@ -7,11 +7,13 @@ program does with its output: the program is started in a process group of its o
 whole group is killed at the limit (a test program's children included), and the reading of
 its output never waits past the limit.
 
-Fault injection (for the test suite, off unless set): `PATCHSET_FAULT_KILL_AT=N` kills this
-process with SIGKILL just before it would start its Nth subprocess; `PATCHSET_FAULT_PAUSE_AT=N`
-with `PATCHSET_FAULT_PAUSE_FILE=F` creates F there and waits until F is removed;
-`PATCHSET_FAULT_TRACE=F` appends one line per subprocess to F (how many points there are; the line
-ends with git's subcommand in brackets).
+Fault injection (for the test suite, off unless set): the points are the subprocesses this
+process starts and the files it writes atomically (`fsutil.atomic_write`: evidence, reports, the
+pin, state), counted in order. `PATCHSET_FAULT_KILL_AT=N` kills this process with SIGKILL just
+before its Nth point; `PATCHSET_FAULT_PAUSE_AT=N` with `PATCHSET_FAULT_PAUSE_FILE=F` creates F there
+and waits until F is removed; `PATCHSET_FAULT_TRACE=F` appends one line per point to F, `PID N
+LABEL` (how many points there are): a subprocess's first words, then git's subcommand in brackets;
+a write is `write PATH [write]`.
 """
 
 from __future__ import annotations
@@ -107,14 +109,18 @@ def _subcommand(argv: tuple[str, ...]) -> str:
     return ""
 
 
-def _before_spawn(argv: tuple[str, ...]) -> None:
-    """Count the subprocess and apply the fault-injection hooks (see the module docstring)."""
+def fault_point(label: str) -> None:
+    """Count one fault-injection point and apply the hooks (see the module docstring).
+
+    The points are the subprocesses this process starts (`_popen`) and the files it writes through
+    `fsutil.atomic_write`, just before each; `label` is what the trace says of it.
+    """
     with _spawn_lock:
         _spawned[0] += 1
         n = _spawned[0]
     if trace := os.environ.get("PATCHSET_FAULT_TRACE"):
         with open(trace, "a", encoding="utf-8") as fh:
-            fh.write(f"{os.getpid()} {n} {' '.join(argv[:6])} [{_subcommand(argv)}]\n")
+            fh.write(f"{os.getpid()} {n} {label}\n")
     if os.environ.get("PATCHSET_FAULT_KILL_AT") == str(n):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("PATCHSET_FAULT_PAUSE_AT") == str(n):
@@ -126,7 +132,7 @@ def _before_spawn(argv: tuple[str, ...]) -> None:
 
 
 def _popen(argv: tuple[str, ...], cwd: Path | None, env: Mapping[str, str] | None, **kw: object) -> subprocess.Popen:
-    _before_spawn(argv)
+    fault_point(f"{' '.join(argv[:6])} [{_subcommand(argv)}]")
     try:
         # a session of its own: at the limit the whole group goes, children of the program too
         return subprocess.Popen(argv, cwd=cwd, env=clean_env(env), text=True, errors="replace",

@@ -1,7 +1,9 @@
 """Hermetic fixtures: every test gets its own HOME, XDG folders, patchset cache and git config.
 
 In the style of pre-commit's and b4's test suites: nothing a test does may reach the real home
-directory, the user's git configuration or the current directory of the test process.
+directory, the user's git configuration or the current directory of the test process. The whole
+session has a home of its own from its start, and a guard fails a test only for the writes into
+the real home that it, or a process it started, made (tests/homeguard.py).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from pathlib import Path
 
 import pytest
 from helpers import Proj, Upstream, make_project, make_upstream
+from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# read before any fixture moves HOME: this is the home the suite must never write into
-REAL_HOME = Path(os.path.expanduser("~")).resolve()
+# read before pytest_configure moves HOME: this is the home the suite must never write into
+REAL_HOME = real_home()
+# the guard's hooks and fixtures, used here (pytest finds them in this module's namespace)
+__all__ = ["REAL_HOME", "home_guard", "home_guard_session", "pytest_configure", "pytest_unconfigure"]
 
 _GITCONFIG = """\
 [user]
@@ -42,29 +47,6 @@ _SCRUB = (
     "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
     "GIT_SSH_COMMAND", "GIT_TRACE", "EMAIL", "PATCHSET_STATE", "PATCHSET_CACHE",
 )
-# the paths under the real home that patchset or git could write to; each is compared in full
-_WATCHED = (".gitconfig", ".config/git", ".config/patchset", ".cache/patchset", ".patchset",
-            ".local/share/patchset", ".local/state/patchset")
-
-
-def _home_snapshot(home: Path) -> dict[str, object]:
-    """The real home's top-level names, and every file (with mtime) under the watched paths.
-
-    Only the top level is listed in general: the rest of a developer's home changes under other
-    programs while the suite runs, and a recursive listing of it would fail tests at random.
-    """
-    snap: dict[str, object] = {".": sorted(os.listdir(home)) if home.is_dir() else None}
-    for rel in _WATCHED:
-        p = home / rel
-        if p.is_file():
-            snap[rel] = p.stat().st_mtime_ns
-        elif p.is_dir():
-            snap[rel] = sorted((q.relative_to(p).as_posix(), q.stat().st_mtime_ns) for q in p.rglob("*"))
-        else:
-            snap[rel] = None
-    return snap
-
-
 def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:
     """Point HOME, XDG, the patchset cache and git's config at folders under `base`; the cache dir."""
     home, config, cache = base / "home", base / "xdg-config", base / "xdg-cache"
@@ -99,19 +81,32 @@ def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     fixture, so the fixtures that build and verify once per module run inside it (without it
     they ran before the per-test guard: with the real HOME and git config, unseen by it).
     """
-    before = _home_snapshot(REAL_HOME)
     with pytest.MonkeyPatch.context() as mp:
         cache = hermetic_env(mp, tmp_path_factory.mktemp("session-env"))
+        shared_compiler_cache(mp, tmp_path_factory)
         yield cache
-    after = _home_snapshot(REAL_HOME)
-    assert after == before, f"a fixture of the session wrote into the real home directory {REAL_HOME}"
+
+
+def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ccache for the whole run, whatever HOME each test has: a tree built again at the same
+    place with the same flags compiles from the cache (a project put back as it was, a verify run
+    again). Set PATCHSET_TEST_CCACHE to a folder to keep it between runs.
+
+    No CCACHE_BASEDIR: it makes the compiler print relative paths, and verify then reads a test
+    file's compile error as one outside the test files ('build failed', not 'build-fails').
+    """
+    keep = os.environ.get("PATCHSET_TEST_CCACHE")
+    ccache = Path(keep) if keep else tmp_path_factory.mktemp("ccache")
+    mp.setenv("CCACHE_DIR", str(ccache))
+    for var in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
+        mp.delenv(var, raising=False)
+    return ccache
 
 
 @pytest.fixture(autouse=True)
 def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """Isolate the test; fail it when it wrote into the real home or changed the cwd. Yields the cache dir."""
+    """Isolate the test; fail it when it changed the cwd (the home guard is home_guard). Yields the cache dir."""
     cwd = os.getcwd()
-    before = _home_snapshot(REAL_HOME)
     cache = hermetic_env(monkeypatch, tmp_path / "env")
     yield cache
     # the CLI installs a handler on the 'patchset' logger bound to this test's captured stderr
@@ -120,8 +115,6 @@ def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     logger.propagate = True
     logger.setLevel(logging.NOTSET)
     assert os.getcwd() == cwd, f"the test changed the process's cwd to {os.getcwd()}"
-    after = _home_snapshot(REAL_HOME)
-    assert after == before, f"the test wrote into the real home directory {REAL_HOME}"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from builder.series.apply import apply
 from builder.series.rebase import rebase
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_H, UPSTREAM, program
-from tests.test_faults import KILLED, Scenario, _points, consistent, kill_and_rerun, observe
+from tests.test_faults import KILLED, Scenario, _points, consistent, kill_and_rerun, observe, reference_run
 
 # apart enough that a change to one function is not in the context of a fix to the next one
 GAP = "/*\n *\n *\n */\n"
@@ -226,21 +226,20 @@ def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: 
     """SIGKILL while the work repository is moved (pin and patches/ switched already): the next
     bump finishes the switch, and the project is what a run never killed leaves."""
     s, new = bump_scenario(tmp_path)
-    trace = tmp_path / "trace"
-    rc, out = s.run(PATCHSET_FAULT_TRACE=str(trace))
-    assert rc == 0, out
-    reference = observe(s, rc)
-    consistent(s)
-    s.restore()
-    # the last subprocesses are the work repository's move: checkout, update-ref (x3)
-    point = len(trace.read_text().splitlines()) - 2
-    rc, out = s.run(PATCHSET_FAULT_KILL_AT=str(point))
+    ref = reference_run(s)
+    assert ref.outcome.returncode == 0
+    # the work repository's move is its last subprocesses: checkout, update-ref (x3); killed between two update-refs
+    point = [i for i, label in enumerate(ref.points, 1) if label.endswith("[update-ref]")][-2]
+    assert ref.points[point - 2].endswith("[update-ref]"), ref.points[point - 3:]
+    rc, out, killed = s.traced_run(tmp_path / "killed-trace", PATCHSET_FAULT_KILL_AT=str(point))
     assert rc == KILLED, out
+    # killed there: the switch is sequential, whatever the sweep's threads did before it
+    assert max(killed) == point and killed[point].endswith("[update-ref]"), killed
     assert load_pin(s.root / "upstream" / "llama.cpp.toml").commit == new
     assert (s.root / ".patchset" / "bump" / "journal.json").exists()
     rc, out = s.run()
     assert rc == 0 and "finished the interrupted bump" in out, out
-    assert observe(s, rc) == reference
+    assert observe(s, rc) == ref.outcome
     consistent(s)
     assert not (s.root / ".patchset" / "bump" / "journal.json").exists()
 
@@ -275,9 +274,9 @@ def test_a_bump_killed_at_many_points(tmp_path: Path) -> None:
     stage, the project is untouched and the next bump does it all again; killed in the switch, the
     next bump finishes it."""
     s, _ = bump_scenario(tmp_path)
-    n = s.count_points()
-    points = _points(n)
-    assert kill_and_rerun(s, points) == len(points)
+    ref = reference_run(s)
+    # the sweep runs two trees at once: the order of their points varies from run to run
+    kill_and_rerun(s, ref, _points(len(ref.points)))
 
 
 class _HoldScratchLockAtTheSweepsTests:

@@ -31,15 +31,17 @@ CALC_C = ('#include "calc.h"\nint calc_add(int a, int b) { return a + b; }\n'
 
 
 def program(name: str, expr: str, want: int) -> str:
-    # prints like ggml's test programs; hangs on request (PATCHSET_TEST_HANG) to test the limit
+    # prints like ggml's test programs; hangs when PATCHSET_TEST_HANG names its case, to test the limit
     return f"""\
 #include "calc.h"
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 int main() {{
     printf("Backend 1/1: CPU\\n");
-    if (getenv("PATCHSET_TEST_HANG")) {{ printf("  {name}(hang=1): "); fflush(stdout); for (;;) pause(); }}
+    const char * hang = getenv("PATCHSET_TEST_HANG");
+    if (hang && strcmp(hang, "{name}") == 0) {{ printf("  {name}(hang=1): "); fflush(stdout); for (;;) pause(); }}
     bool ok = ({expr}) == {want};
     printf("  {name}(want={want}): %s\\n", ok ? "OK" : "FAIL");
     printf("  %d/1 tests passed\\n", ok ? 1 : 0);
@@ -100,6 +102,14 @@ def _mini_cache(mini: Mini, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATCHSET_CACHE", str(mini.cache))
 
 
+@pytest.fixture
+def built(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    """The mini project applied and built by this test itself (a no-op build after another test's
+    build of the same tree): each test runs alone (`pytest -k NAME`) and in any order."""
+    assert mini.cli("build", "-j", "2") == 0
+    capsys.readouterr()
+
+
 def test_build_records_the_tree_it_built(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     assert mini.cli("build", "-j", "2") == 0
     record = json.loads((mini.root / ".patchset" / "build" / "cpu-minimal" / ".patchset-built.json").read_text())
@@ -108,6 +118,7 @@ def test_build_records_the_tree_it_built(mini: Mini, capsys: pytest.CaptureFixtu
     assert "build cpu/minimal ok" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("built")
 def test_reports_say_which_tree_was_tested(mini: Mini, tmp_path: Path) -> None:
     js, xml = tmp_path / "r.json", tmp_path / "r.xml"
     assert mini.cli("test", "--json", str(js), "--junit", str(xml)) == 0
@@ -148,9 +159,11 @@ def test_test_refuses_a_build_of_another_tree(mini: Mini, capsys: pytest.Capture
     assert mini.cli("test") == 0
 
 
+@pytest.mark.usefixtures("built")
 def test_a_hanging_test_program_is_stopped_at_the_limit(mini: Mini, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATCHSET_TEST_HANG", "1")
+    # test-opt hangs (the others run as usual: one limit to wait for, not four)
+    monkeypatch.setenv("PATCHSET_TEST_HANG", "OPT")
     assert mini.cli("test", "--timeout", "2") == 1
     out = capsys.readouterr().out
     assert "stopped after 2s (time limit)" in out
@@ -160,7 +173,11 @@ def test_a_hanging_test_program_is_stopped_at_the_limit(mini: Mini, capsys: pyte
 def test_verify_not_proven_is_exit_4(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     assert mini.cli("verify", "--backend", "cpu", "-j", "2") == 4
     out = capsys.readouterr().out
-    assert "proven" in out and "not proven" in out
+    # one verdict per patch, each on its own row: the fix proven, the patch whose test passes without it not
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│ 000")}
+    assert sorted(rows) == ["0001-calc-sub-subtracts.patch", "0002-calc-document-the-header.patch"], out
+    assert "│ proven " in rows["0001-calc-sub-subtracts.patch"], out
+    assert "│ not proven " in rows["0002-calc-document-the-header.patch"], out
 
 
 def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,6 +209,7 @@ def test_slice_of_a_ref_that_is_not_there(mini: Mini, tmp_path: Path, capsys: py
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.usefixtures("built")
 def test_damaged_records_are_one_line_errors(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     state = mini.work / ".git" / "patchset" / "state.json"
     built = mini.root / ".patchset" / "build" / "cpu-minimal" / ".patchset-built.json"

@@ -1,18 +1,22 @@
 """Fault injection: a `patchset` process killed with SIGKILL at many points, then run again.
 
-The points are chosen by a counter over the subprocesses the process starts (the one runner,
-builder.proc, kills the process just before its Nth subprocess when PATCHSET_FAULT_KILL_AT=N).
+The points are chosen by a counter over the subprocesses the process starts and the files it
+writes (builder.proc kills the process just before its Nth point when PATCHSET_FAULT_KILL_AT=N;
+PATCHSET_FAULT_TRACE lists them). Each killed run's own trace must end at the point it was meant to
+die at: a point that is never reached fails the test instead of passing unseen.
 After the kill the same command is run again: it must complete as a run never killed does, and
 leave cache, work repository, patches/ and the pin consistent: every ref resolves, `git fsck`
 is clean, patches/ and the pin are byte-identical to the never-killed run's. `patchset gc` then
 removes what the killed run left behind.
 
-The fast suite tries one point per command; the integration marker six spread over each
-command's points, and every point with PATCHSET_FAULT_ALL=1.
+The fast suite tries one point per command (verify's: between the two evidence files); the
+integration marker six spread over each command's points (verify's test program runs and evidence
+writes among them), and every point with PATCHSET_FAULT_ALL=1.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -23,7 +27,6 @@ from pathlib import Path
 import pytest
 from helpers import (
     PATCH3_TEST_X_C,
-    VERIFY_PATCHES,
     Upstream,
     commit,
     fsck_clean,
@@ -34,6 +37,7 @@ from helpers import (
 )
 
 from builder.series.workrepo import WorkRepo
+from tests.test_cli_pipeline import SUB_FIX, UPSTREAM, program
 
 KILLED = -signal.SIGKILL
 
@@ -78,13 +82,21 @@ class Scenario:
         shutil.rmtree(self.live)
         shutil.copytree(self.template, self.live, symlinks=True)
 
-    def count_points(self) -> int:
-        trace = self.base / "trace"
+    def traced_run(self, trace: Path, **env: str) -> tuple[int, str, dict[int, str]]:
+        """A run with its points traced: exit code, output, and each point's label by its number."""
         trace.unlink(missing_ok=True)
-        rc, out = self.run(PATCHSET_FAULT_TRACE=str(trace))
-        assert rc in (0, 1), out
-        self.restore()
-        return len(trace.read_text().splitlines())
+        rc, out = self.run(PATCHSET_FAULT_TRACE=str(trace), **env)
+        return rc, out, numbered(trace)
+
+
+def numbered(trace: Path) -> dict[int, str]:
+    """The points of a trace (`PID N LABEL` lines) by their number N, without the pid. The lines
+    are written as the points are reached, by threads too: N, not the line's place, is the order."""
+    points = {}
+    for line in trace.read_text().splitlines() if trace.exists() else []:
+        _pid, n, label = line.split(" ", 2)
+        points[int(n)] = label
+    return points
 
 
 @dataclass(frozen=True)
@@ -164,11 +176,16 @@ def rebase_scenario(tmp_path: Path) -> Scenario:
 
 
 def verify_scenario(tmp_path: Path) -> Scenario:
-    # the tiny upstream has no ggml/ to build: verify makes every tree, its refs and its worktree,
-    # configures, and records "build failed" evidence, in seconds
+    # the calc tree laid out like llama.cpp, one fix with its test program: verify builds the tree
+    # with the fix and without it, runs the test on each, and writes its evidence (JSON, Markdown)
     up = make_upstream(tmp_path)
+    c0 = up.advance({**UPSTREAM, "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
+    up = dataclasses.replace(up, commit=c0, tree=up.tree_of(c0))
     s = Scenario(tmp_path, up, ("verify", "--backend", "cpu", "-j", "2"))
-    make_project(s.live, up, s.cache, patches=VERIFY_PATCHES)
+    fix = ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": program("SUB", "calc_sub(5, 3)", 2)},
+           "calc : sub subtracts\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-sub\n"
+           "Patchset-Test-Paths: tests/test-sub.cpp\n")
+    make_project(s.live, up, s.cache, patches=[fix])
     assert s.run("apply")[0] == 0
     return s
 
@@ -179,37 +196,86 @@ SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
 }
 
 
-def kill_and_rerun(s: Scenario, points: list[int]) -> int:
-    """Kill at each point, run again, compare with the never-killed run; the number of points tried."""
-    rc, out = s.run()
-    reference = observe(s, rc)
+def shape(label: str) -> str:
+    """What a point is, the same in every run: its program and git's subcommand (or the program
+    run) in brackets, or the name of the file written (temporary folders differ between runs)."""
+    words = label.split()
+    return " ".join([Path(words[0]).name, *([Path(words[1]).name] if words[0] == "write" else []), words[-1]])
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A run never killed: what it leaves, and its points in order."""
+
+    outcome: Outcome
+    points: list[str]
+
+
+def reference_run(s: Scenario) -> Reference:
+    rc, out, points = s.traced_run(s.base / "trace")
+    assert rc in (0, 1, 4), out
+    assert sorted(points) == list(range(1, len(points) + 1)), "the points are not numbered 1..N"
+    ref = Reference(observe(s, rc), [points[n] for n in sorted(points)])
     consistent(s)
     s.restore()
-    tried = 0
+    return ref
+
+
+def kill_and_rerun(s: Scenario, ref: Reference, points: list[int], *, ordered: bool = False) -> None:
+    """Kill at each point, run again, compare with the never-killed run.
+
+    The killed run must have reached the point (its trace has point k: a point never reached would
+    leave the run alive), and the point is one the never-killed run has: the same one at k for a
+    command whose points come in one order (`ordered`: verify), else any (apply parses mails and the
+    sweep builds two trees in threads, so their points interleave differently in each run).
+    """
     for k in points:
-        rc, out = s.run(PATCHSET_FAULT_KILL_AT=str(k))
+        rc, out, got_points = s.traced_run(s.base / "killed-trace", PATCHSET_FAULT_KILL_AT=str(k))
         assert rc == KILLED, f"point {k}: the run was not killed (exit {rc}): {out}"
+        assert k in got_points, f"point {k}: the killed run never reached it ({len(got_points)} points)"
+        if ordered:
+            assert shape(got_points[k]) == shape(ref.points[k - 1]), f"point {k}: killed at {got_points[k]}"
+        else:
+            assert shape(got_points[k]) in {shape(p) for p in ref.points}, \
+                f"point {k}: killed at {got_points[k]}, never reached unkilled"
         rc, out = s.run()
-        assert rc == reference.returncode, f"point {k}: the run after the kill exited {rc}:\n{out}"
+        assert rc == ref.outcome.returncode, f"point {k}: the run after the kill exited {rc}:\n{out}"
         got = observe(s, rc)
-        assert got == reference, f"point {k}: the result differs from a run never killed"
+        assert got == ref.outcome, f"point {k} ({ref.points[k - 1]}): the result differs from a run never killed"
         consistent(s)
         rc, out = s.run("gc", "--older-than", "1000")
         assert rc == 0, out
         assert not (s.cache / "tmp").is_dir() or list((s.cache / "tmp").iterdir()) == [], out
-        tried += 1
         s.restore()
-    return tried
+
+
+def _first(ref: Reference, what: str) -> int:
+    """The number of the first point whose label contains `what`; fails when no point does."""
+    found = [i for i, label in enumerate(ref.points, 1) if what in label]
+    assert found, f"no point '{what}' among the {len(ref.points)} points: {ref.points}"
+    return found[0]
+
+
+def _verify_points(ref: Reference) -> list[int]:
+    """Verify's points inside its test runs and its evidence writing: the test program run on the
+    tree with the fix, and the second of the two evidence files (JSON, Markdown) written."""
+    return [_first(ref, "/test-sub "), max(_first(ref, "/cpu.json [write]"), _first(ref, "/cpu.md [write]"))]
+
+
+def _one_point(verb: str, ref: Reference) -> list[int]:
+    if verb == "verify":
+        return _verify_points(ref)[1:]
+    return [len(ref.points) // 2 + 1]
 
 
 @pytest.mark.parametrize("verb", list(SCENARIOS))
 def test_killed_run_then_rerun(tmp_path: Path, verb: str) -> None:
     s = SCENARIOS[verb](tmp_path)
     s.save()
-    n = s.count_points()
-    assert n >= 2
-    # one point in the middle here; every point under the integration marker
-    assert kill_and_rerun(s, [n // 2 + 1]) == 1
+    ref = reference_run(s)
+    assert len(ref.points) >= 2
+    # one point here (verify's: one evidence file written, the other not yet); more under the integration marker
+    kill_and_rerun(s, ref, _one_point(verb, ref), ordered=verb == "verify")
 
 
 def _points(n: int) -> list[int]:
@@ -225,9 +291,8 @@ def _points(n: int) -> list[int]:
 def test_killed_at_many_points(tmp_path: Path, verb: str, record_property: Callable[[str, object], None]) -> None:
     s = SCENARIOS[verb](tmp_path)
     s.save()
-    n = s.count_points()
-    points = _points(n)
-    tried = kill_and_rerun(s, points)
-    record_property("kill_points", f"{tried} of {n}")
-    print(f"{verb}: {tried} of {n} kill points")
-    assert tried == len(points)
+    ref = reference_run(s)
+    points = sorted(set(_points(len(ref.points))) | set(_verify_points(ref) if verb == "verify" else []))
+    kill_and_rerun(s, ref, points, ordered=verb == "verify")
+    record_property("kill_points", f"{len(points)} of {len(ref.points)}")
+    print(f"{verb}: {len(points)} of {len(ref.points)} kill points: {[ref.points[k - 1] for k in points]}")

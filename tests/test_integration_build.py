@@ -83,7 +83,7 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert outcomes[nil_lookup].outcome == "needs metal"
     assert outcomes[acc_set].outcome == "needs metal"
     assert report.ok and not report.regressed
-    # patch 4's tests run on the CPU with the fix, and pass there
+    # patch 5's (the Metal ACC/SET fix) tests run on the CPU with the fix, and pass there
     data = json.loads(outcomes[acc_set].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["after"]
     assert data["steps"][0]["verdict"] == "passes"
@@ -110,7 +110,7 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
     # the pin's tree was built in its own worktree and folder; the patched one reused `built`
     assert r.other.tree_id == GitRepo(project.work_repo).tree_of("upstream")
     assert r.patched.build_dir == built.build_dir
-    # patch 4 adds 4096-wide ACC and SET cases: new in the patched tree, and passing there
+    # patch 5 adds 4096-wide ACC and SET cases: new in the patched tree, and passing there
     new = r.of(ONLY_PATCHED)
     assert any("4096" in c.case for c in new) and all(c.after == "pass" for c in new if "4096" in c.case)
     d = sweep_dict(r)

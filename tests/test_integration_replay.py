@@ -1,17 +1,12 @@
-"""The host-side Metal replay on the real pin and series: `verify --backend metal-replay` proves patch 4,
-`patchset test --backend metal-replay` runs ACC, SET and CPY on the patched tree, and the same harness
-builds and passes against the pristine pin. Slow (two builds of ggml with the replay): marked integration.
-
-Patch 4 carries no metal-replay trailers in the series this branch started from (another change rewrites
-the series), so the project copy gets them here: `Patchset-Backends: ... metal-replay`, a
-`Patchset-Test: [metal-replay] test-backend-ops test -o ACC,SET` line and the mutation
-`mutations/metal-cpy-impl-one-block-per-row.patch`, each only where the patch lacks it.
+"""The host-side Metal replay on the real pin and series: `verify --backend metal-replay` proves patch 5
+(the Metal ACC/SET fix) as it is shipped, trailers and mutation included; `patchset test --backend
+metal-replay` runs ACC, SET and CPY on the patched tree, and the same harness builds and passes against
+the pristine pin. Slow (two builds of ggml with the replay): marked integration.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -40,39 +35,22 @@ def acc_set_patch(patches_dir: Path) -> Patch:
     return found[0]
 
 
-def add_replay_trailers(patches_dir: Path) -> Patch:
-    """Give the ACC/SET patch the trailers of a metal-replay proof, where it lacks them."""
-    patch = acc_set_patch(patches_dir)
-    text = patch.path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    trailer_lines = [i for i, line in enumerate(lines) if line.startswith("Patchset-")]
-    assert trailer_lines, f"{patch.name}: no Patchset trailers"
-    for i in trailer_lines:
-        if lines[i].startswith("Patchset-Backends:") and "metal-replay" not in lines[i].split():
-            lines[i] += " metal-replay"
-    extra = []
-    if not any(re.match(r"Patchset-Test: \[[^\]]*metal-replay", lines[i]) for i in trailer_lines):
-        extra.append(REPLAY_TEST)
-    if not any(lines[i].startswith("Patchset-Mutation:") for i in trailer_lines):
-        extra.append(f"Patchset-Mutation: {MUTATION}")
-    last = trailer_lines[-1]
-    lines[last + 1:last + 1] = extra
-    patch.path.write_text("\n".join(lines), encoding="utf-8")
-    return acc_set_patch(patches_dir)
-
-
 @pytest.fixture(scope="module")
 def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
     root = tmp_path_factory.mktemp("replay-project")
     shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    add_replay_trailers(root / "patches")
     return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
                         cache_dir=real_pin_cache)
 
 
-def test_verify_proves_patch_4_on_the_replay(project: Project) -> None:
+def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> None:
     patch = acc_set_patch(project.patches_dir)
+    # the shipped patch, byte for byte: its own trailers name the replay, its test and its mutation
+    assert patch.name.startswith("0005-metal-fix-ACC-and-SET")
+    assert patch.path.read_bytes() == (REPO_ROOT / "patches" / patch.name).read_bytes()
+    assert "metal-replay" in patch.meta.backends
+    assert REPLAY_TEST in patch.path.read_text(encoding="utf-8").splitlines()
     assert MUTATION in patch.meta.mutation
     report = verify(project, [patch.name], ["metal-replay"], jobs=2)
     (v,) = report.verdicts

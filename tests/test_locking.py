@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from helpers import (
     start_patchset,
 )
 
+from builder.errors import LockError
 from builder.locking import project_lock
 from builder.series.apply import apply
 from builder.series.workrepo import WorkRepo
@@ -100,7 +102,46 @@ def test_second_verb_waits_for_the_first(proj: Proj, tmp_path: Path) -> None:
     assert git(proj.work, "status", "--porcelain") == ""
 
 
+# a second process: takes the project lock (waiting up to argv[2] seconds), says so, and holds it
+# until a line arrives on its stdin; or says it was refused, with the error's words
+_TAKE = """
+import sys
+from pathlib import Path
+from builder.errors import LockError
+from builder.errors import LockError
+from builder.locking import project_lock
+try:
+    with project_lock(Path(sys.argv[1]), timeout=float(sys.argv[2]), purpose="child"):
+        print("took", flush=True)
+        sys.stdin.readline()
+except LockError as e:
+    print("refused:", e, flush=True)
+"""
+
+
+def _other_process(lock: Path, wait_s: float) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", _TAKE, str(lock), str(wait_s)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_lock_is_reentrant_in_one_thread_and_exclusive_across_processes(tmp_path: Path) -> None:
     lock = tmp_path / "state" / "lock"
     with project_lock(lock, purpose="outer"), project_lock(lock, purpose="inner"):
+        # re-entered, not taken twice: the owner is still the outer holder
         assert "patchset outer" in (tmp_path / "state" / "lock.owner").read_text()
+        # another process is refused while this one holds it, and is told who holds it
+        out, err = _other_process(lock, 0).communicate(timeout=60)
+        assert out.startswith("refused: ") and f"patchset outer (pid {os.getpid()}," in out, out + err
+    # released by both levels: the other process takes it now, and this one is refused while it holds it
+    other = _other_process(lock, 0)
+    try:
+        assert other.stdout is not None
+        assert other.stdout.readline() == "took\n", other.stderr.read() if other.stderr else ""
+        with pytest.raises(LockError, match=rf"patchset child \(pid {other.pid},"), project_lock(lock, timeout=0):
+            pass
+    finally:
+        out, err = other.communicate("\n", timeout=60)
+    assert other.returncode == 0, out + err
+    # its holder gone, the lock is free again
+    with project_lock(lock, timeout=0, purpose="again"):
+        assert "patchset again" in (tmp_path / "state" / "lock.owner").read_text()

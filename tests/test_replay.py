@@ -1,6 +1,6 @@
 """The host-side Metal replay's Python side: its dispatch trace, its backend profile, trailers and evidence.
 
-The trace and console output in tests/data were captured from the replay built against the pin plus patch 4's
+The trace and console output in tests/data were captured from the replay built against the pin plus patch 5's
 tests only (the tree `verify` calls "before"): `test-backend-ops test -b MTL0-REPLAY -o ACC,SET`.
 """
 

@@ -72,7 +72,40 @@ def test_backend_ops_grad_failure_is_the_op_with_its_error() -> None:
     assert "compare failed" in case.detail
     assert p.verdict == FAILED
     assert p.totals_line == (20765, 20766)
+    # in grad mode the cases the op filter leaves out count as passed and print nothing: the one
+    # failure the program counts (20766 - 20765) is the one failing case read
+    assert p.totals_mismatch is None
     assert "ACC(type=f32" in p.failing_lines()[0]
+
+
+@pytest.mark.parametrize("name", ["backend-ops-grad-acc-pin.txt", "backend-ops-grad-acc-broken.txt",
+                                  "test-opt-pin.txt", "cuda-grad-acc-set.txt", "metal-replay-test-acc-set-before.txt",
+                                  "cuda-test-acc-broken.txt", "cuda-test-acc-set.txt"])
+def test_every_captured_output_agrees_with_its_own_totals(name: str) -> None:
+    p = program("test-backend-ops", read(name))
+    assert p.totals_line is not None
+    assert p.totals_mismatch is None, p.totals_mismatch
+
+
+def test_totals_that_disagree_with_the_cases_read_fail_the_program() -> None:
+    # a failing case read, and a totals line that says all passed (a line spliced from another run)
+    spliced = read("backend-ops-grad-acc-broken.txt").replace("20765/20766 tests passed", "20766/20766 tests passed")
+    p = program("test-backend-ops", spliced, returncode=0)
+    assert p.totals_mismatch == ("test-backend-ops says 0 of its 20766 tests failed, but 1 failing cases were read "
+                                 "from its output (lines lost or garbled): its result cannot be trusted")
+    assert p.verdict == FAILED
+    assert p.failing_lines()[-1] == p.totals_mismatch
+    # the program counts two failures and one failing line was lost: no case reads FAIL, yet it failed
+    lost = read("backend-ops-grad-acc-pin.txt").replace("20766/20766 tests passed", "20764/20766 tests passed")
+    p = program("test-backend-ops", lost, returncode=1)
+    assert p.failed == 0 and p.verdict == FAILED
+    assert "says 2 of its 20766 tests failed, but 0 failing cases" in (p.totals_mismatch or "")
+    root = ET.fromstring(junit_xml(TestReport("cpu", "grad", ("ACC",), (p,))))
+    assert root.find("testsuite/testcase[@name='totals']/failure").get("message") == p.totals_mismatch
+    assert report_dict(TestReport("cpu", "grad", ("ACC",), (p,)))["programs"][0]["totals_mismatch"] == p.totals_mismatch
+    # a program that crashed printed only some of its totals: nothing to compare
+    crashed = program("test-backend-ops", lost, returncode=-6, signal_name="SIGABRT")
+    assert crashed.totals_mismatch is None and crashed.verdict == CRASHED
 
 
 def test_cpu_only_test_mode_checks_nothing() -> None:
@@ -162,7 +195,7 @@ def test_cuda_test_mode_passes_with_the_series_wide_cases() -> None:
 
 def test_cuda_failure_diagnostic_printed_before_the_case_name() -> None:
     # captured from the same build with CUDA's ACC kernel broken on purpose (stale memory past
-    # 1024 elements of a row, the shape of the Metal bug that patch 4 fixes)
+    # 1024 elements of a row, the shape of the Metal bug that patch 5 fixes)
     p = program("test-backend-ops", read("cuda-test-acc-broken.txt"), returncode=1)
     failing = [c for c in p.cases if c.status == FAIL]
     assert len(failing) == 6 and all(c.name == "ACC" for c in failing)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.build.toolchain import find_ccache
 from builder.cli import build_parser
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
@@ -139,10 +140,11 @@ def series_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
-@pytest.fixture
-def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """A fresh copy of the series, applied and verified once (every patch proven)."""
-    root = tmp_path / "project"
+@pytest.fixture(scope="module")
+def verified(series_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Path]:
+    """The series applied and verified once (every patch proven), and a copy of that project
+    kept as it is then: the first verify is the same for every test, so it is made once."""
+    root = tmp_path_factory.mktemp("verified") / "project"
     shutil.copytree(series_dir, root)
     project = load_project(root=root, cache_dir=tmp_path_factory.mktemp("cache"))
     apply(project)
@@ -150,6 +152,18 @@ def project(series_dir: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathF
     assert [v.outcome for v in first.verdicts] == [PROVEN] * 5 + [NOT_PROVEN, PROVEN], \
         [v.reason for v in first.verdicts]
     assert first.verdicts[5].reason == "the patch declares no backend for its proof"
+    saved = root.with_name("saved")
+    shutil.copytree(root, saved, symlinks=True)
+    return project, saved
+
+
+@pytest.fixture
+def project(verified: tuple[Project, Path]) -> Project:
+    """The verified project, as the first verify left it: put back at its own path (its work
+    repository's worktrees and its build folders name their absolute paths) before each test."""
+    project, saved = verified
+    shutil.rmtree(project.root)
+    shutil.copytree(saved, project.root, symlinks=True)
     return project
 
 
@@ -266,3 +280,19 @@ def test_force_is_a_flag_of_verify() -> None:
     args = build_parser().parse_args(["verify", "--force"])
     assert args.no_reuse is True
     assert build_parser().parse_args(["verify"]).no_reuse is False
+
+
+def test_a_test_file_that_fails_to_compile_is_named_so_when_the_compiler_prints_relative_paths(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ccache's base_dir (a user's CCACHE_BASEDIR) hands the compiler paths relative to the build
+    # folder, and so its errors name them; patch 7's before tree fails in its test file only
+    if find_ccache() is None:
+        pytest.skip("no ccache here (the project's [ccache] extra)")
+    monkeypatch.setenv("CCACHE_BASEDIR", str(project.root))
+    report = verify(project, ["7"], backends=["cpu"], reuse=False)
+    (v,) = report.verdicts
+    assert v.outcome == PROVEN, v.reason
+    data = json.loads(v.evidence_json.read_text())
+    before = next(s for s in data["steps"] if s["tree"] == "before")
+    assert before["verdict"] == "build-fails"
+    assert any(e.startswith("../") for e in before["build_errors"]), before["build_errors"]

@@ -14,7 +14,7 @@ def program_dict(p: ProgramResult) -> dict:
     return {
         "program": p.program, "args": list(p.args), "returncode": p.returncode, "signal": p.signal_name,
         "verdict": p.verdict, "passed": p.passed, "failed": p.failed, "skipped": p.skipped,
-        "program_totals": list(p.totals_line) if p.totals_line else None,
+        "program_totals": list(p.totals_line) if p.totals_line else None, "totals_mismatch": p.totals_mismatch,
         "skipped_backends": list(p.skipped_backends), "duration_s": round(p.duration_s, 3), "log": str(p.log),
         "timed_out": p.timed_out, "last_lines": list(p.last_lines),
         **({"notes": list(p.notes), "trace": str(p.trace) if p.trace else None} if p.notes else {}),
@@ -72,6 +72,9 @@ def junit_xml(report: TestReport) -> bytes:
                 ET.SubElement(tc, "error", message=f"killed by {p.signal_name}")
             elif p.returncode != 0:
                 ET.SubElement(tc, "failure", message=f"exit code {p.returncode}")
+        if p.totals_mismatch:
+            tc = ET.SubElement(suite, "testcase", classname=p.program, name="totals")
+            ET.SubElement(tc, "failure", message=p.totals_mismatch)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 

@@ -78,18 +78,35 @@ class ProgramResult:
         return sum(c.status == SKIP for c in self.cases)
 
     @property
+    def totals_mismatch(self) -> str | None:
+        """What disagrees between the program's own `N/M tests passed` and the cases read, or None.
+
+        The failures are compared: M - N must be the number of failing cases read. (Passes are not:
+        in grad mode a case that the op filter leaves out counts as passed, and prints no line.) Only
+        a program that ran to its end printed every total; a crash or a time limit leaves them short.
+        """
+        if self.totals_line is None or self.signal_name or self.timed_out:
+            return None
+        passed, total = self.totals_line
+        if total - passed == self.failed:
+            return None
+        return (f"{self.program} says {total - passed} of its {total} tests failed, but {self.failed} failing "
+                "cases were read from its output (lines lost or garbled): its result cannot be trusted")
+
+    @property
     def verdict(self) -> str:
         if self.signal_name:
             return CRASHED
-        if self.failed or self.returncode != 0:
+        if self.failed or self.returncode != 0 or self.totals_mismatch:
             return FAILED
         if self.passed == 0:
             return NOTHING
         return PASSED
 
     def failing_lines(self) -> list[str]:
-        return [f"{c.backend} {c.case_id}: {c.detail} {c.status.upper()}".replace("  ", " ")
-                for c in self.cases if c.status in (FAIL, CRASH)]
+        lines = [f"{c.backend} {c.case_id}: {c.detail} {c.status.upper()}".replace("  ", " ")
+                 for c in self.cases if c.status in (FAIL, CRASH)]
+        return [*lines, self.totals_mismatch] if self.totals_mismatch else lines
 
 
 _BACKEND = re.compile(r"^Backend (\d+)/(\d+): (.+)$")

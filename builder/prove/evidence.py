@@ -101,8 +101,10 @@ def from_dict(data: dict) -> Evidence:
 
 def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:
     jpath, mpath = paths(evidence_dir, ev.patch, ev.backend)
-    atomic_write_text(jpath, json.dumps(asdict(ev), indent=1) + "\n")
+    # the JSON last: it is what a later verify reads to reuse the proof, so a process killed
+    # between the two files leaves no JSON whose Markdown is missing or of another run
     atomic_write_text(mpath, markdown(ev))
+    atomic_write_text(jpath, json.dumps(asdict(ev), indent=1) + "\n")
     return jpath, mpath
 
 

@@ -119,7 +119,8 @@ class TreeBuilder:
         self.last_build = (used.build_dir, src)
         if not result.ok:
             errors = _compiler_errors(result.log)
-            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src) for e in errors)
+            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src, used.build_dir)
+                                              for e in errors)
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
@@ -184,10 +185,12 @@ def _compiler_errors(log: Path) -> list[str]:
     return errors
 
 
-def _in_paths(error: str, test_paths: tuple[str, ...], src: Path) -> bool:
+def _in_paths(error: str, test_paths: tuple[str, ...], src: Path, build_dir: Path) -> bool:
     file = error.split(":", 1)[0]
+    # a relative path is the compiler's, which ran in the build folder (ccache's base_dir gives it
+    # such paths): relative to that folder, not to this process's cwd
     try:
-        rel = Path(file).resolve().relative_to(src.resolve()).as_posix()
+        rel = (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
     except ValueError:
         rel = file
     return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in test_paths)

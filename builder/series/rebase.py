@@ -137,8 +137,11 @@ def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseRes
         # the way back, whatever happens next (docs/upstream.md): the series as it was, on its old base
         if op.pre_head:
             work.git.update_ref(before_ref(old_pin), op.pre_head, f"patchset: before rebase onto {new_pin.commit}")
-        work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
+        # the operation is recorded first: a process killed after it has its rollback (to pre_upstream),
+        # one killed before it has moved nothing; the other way round, a rerun found `upstream` moved
+        # and no operation to roll back, and took the new upstream's commits for patches
         work.start(op, mails, fetched.commit)
+        work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         outcomes = work.run_queue()
         return _finish(project, work, old_pin, new_pin, outcomes, predicted)
 

@@ -175,3 +175,12 @@ def test_drop_stale_removes_what_covers_other_bytes_and_check_passes_again(proj:
     assert json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"] == {}
     assert evidence(proj, "check")[0] == 0
     assert "| 1 | cpu |" not in (proj / "docs" / "patches.md").read_text()
+
+
+def test_the_recorded_verify_command_claims_hunks_only_for_the_patches_whose_hunks_were_checked() -> None:
+    # a run of `verify 2 3 --hunks` then `verify` of all was once recorded as `verify --hunks 2 3 4 5`
+    patches = [(2, "b"), (3, "c"), (4, "d"), (5, "e")]
+    assert committed.verify_command("cpu", patches, {"b", "c"}) == \
+        "patchset verify --backend cpu --hunks 2 3; patchset verify --backend cpu 4 5"
+    assert committed.verify_command("cpu", patches[2:], set()) == "patchset verify --backend cpu 4 5"
+    assert committed.verify_command("cuda", patches[:1], {"b"}) == "patchset verify --backend cuda --hunks 2"

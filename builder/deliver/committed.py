@@ -199,9 +199,9 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
         newest = max(found.values(), key=lambda d: d.get("created", ""))
         host, pin = newest.get("host", {}), newest.get("pin", {})
         shas = {p.name: sha256_file(p.path) for p in series.patches if p.name.removesuffix(".patch") in found}
-        hunks = any(d.get("hunks_checked") for d in found.values())
-        numbers = " ".join(str(p.index) for p in series.patches if p.name in shas)
-        command = f"patchset verify --backend {backend}{' --hunks' if hunks else ''} {numbers}"
+        with_hunks = {n for n, d in found.items() if d.get("hunks_checked")}
+        command = verify_command(backend, [(p.index, p.name.removesuffix(".patch")) for p in series.patches
+                                           if p.name in shas], with_hunks)
         date, machine, pin_text = newest.get("created", ""), _machine(host), _pin_text(pin)
         text = json.dumps({"format": "patchset-verify-evidence/1", "backend": backend, "patches": merged},
                           indent=1) + "\n"
@@ -226,6 +226,14 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
             out.add(f"{backend}/{stem}.md", page, command, data.get("created", date), machine, pin_text,
                     {name: shas[name]})
     return skipped
+
+
+def verify_command(backend: str, patches: list[tuple[int, str]], with_hunks: set[str]) -> str:
+    """The verify commands that reproduce evidence of (number, stem) patches: `--hunks` only for
+    those whose hunks were checked (one command claiming --hunks for all would not be true)."""
+    groups = [(flag, [str(n) for n, stem in patches if (stem in with_hunks) == hunks])
+              for hunks, flag in ((True, " --hunks"), (False, ""))]
+    return "; ".join(f"patchset verify --backend {backend}{flag} {' '.join(nums)}" for flag, nums in groups if nums)
 
 
 def _outputs(run: dict) -> dict[str, str]:

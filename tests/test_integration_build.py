@@ -112,7 +112,10 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
     assert r.patched.build_dir == built.build_dir
     # patch 5 adds 4096-wide ACC and SET cases: new in the patched tree, and passing there
     new = r.of(ONLY_PATCHED)
-    assert any("4096" in c.case for c in new) and all(c.after == "pass" for c in new if "4096" in c.case)
+    wide = [c for c in new if "4096" in c.case]
+    # grad mode checks the smallest wide case and skips the larger ones as large tensors; none may fail
+    assert any(c.after == "pass" for c in wide) and all(c.after in ("pass", "skip") for c in wide), \
+        [(c.case, c.after) for c in wide]
     d = sweep_dict(r)
     assert d["regressions"] == 0 and d["trees"]["other"]["commit"] == r.other.commit
 

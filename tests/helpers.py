@@ -12,6 +12,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.build import metalcheck
+from builder.errors import BuildError
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
 from builder.series.refresh import format_mails, write_series
@@ -381,3 +383,24 @@ def fsck_clean(repo: Path) -> None:
     for ref in git(repo, "for-each-ref", "--format=%(refname)").split():
         git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{object}}")
     assert not (repo / ".git" / "index.lock").exists() if (repo / ".git").is_dir() else True
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def copy_real_project(root: Path, cache: Path) -> Project:
+    """This checkout's pin and series copied to `root` (so that the work repository is not made inside the
+    checkout), on the cache that holds the real pin."""
+    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
+                        cache_dir=cache)
+
+
+def objc_toolchain_found() -> bool:
+    """Whether the Linux Metal check's clang, GNUstep and blocks runtime headers are installed."""
+    try:
+        metalcheck.find_toolchain()
+    except BuildError:
+        return False
+    return True

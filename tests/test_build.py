@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import objc_toolchain_found
 
 from builder.build import metalcheck, sdiag
 from builder.build.cmakebuild import BuildSpec, build, first_error
@@ -71,15 +72,8 @@ def test_first_error_reads_cmake_errors() -> None:
     assert err is not None and err.file == "CMakeLists.txt" and err.line == 38
 
 
-def _objc_toolchain() -> bool:
-    try:
-        metalcheck.find_toolchain()
-    except BuildError:
-        return False
-    return True
-
-
-needs_objc = pytest.mark.skipif(not _objc_toolchain(), reason="needs clang, libgnustep-base-dev, libblocksruntime-dev")
+needs_objc = pytest.mark.skipif(not objc_toolchain_found(),
+                                reason="needs clang, libgnustep-base-dev, libblocksruntime-dev")
 
 # an Objective-C host source written like the tree's: Foundation, the Metal stand-in, dispatch, blocks,
 # object subscripting (needs a non-fragile runtime), a TARGET_CPU branch

@@ -4,31 +4,26 @@ and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked i
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_real_project
 
 from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.gitrepo import GitRepo
 from builder.pipeline import run_build, run_tests
-from builder.project import Project, load_project
+from builder.project import Project
 from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
 from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    root = tmp_path_factory.mktemp("real-project")
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
-                        cache_dir=real_pin_cache)
+    return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
 
 
 @pytest.fixture(scope="module")

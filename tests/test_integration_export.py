@@ -4,33 +4,27 @@ the pin, alone or after the dependencies its package names, and every file expor
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import git
+from helpers import copy_real_project, git
 
 from builder.deliver.clean import check_tree
 from builder.deliver.export import ExportOptions, export
-from builder.project import load_project
 from builder.series.model import load_series
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: Path, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "proj"
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    project = load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml",
-                           state_dir=root / ".patchset", cache_dir=real_pin_cache)
+    project = copy_real_project(root, real_pin_cache)
     series = load_series(project.patches_dir)
     started = time.monotonic()
 

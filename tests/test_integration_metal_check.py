@@ -4,42 +4,26 @@ Metal SDK stand-in, on the patched tree and on the pin alike. Needs the apt pack
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import copy_real_project, objc_toolchain_found
 
 from builder.build import metalcheck
-from builder.errors import BuildError
 from builder.gitrepo import GitRepo
 from builder.pipeline import declared_tests, run_build
-from builder.project import Project, load_project
+from builder.project import Project
 from builder.series.model import load_series
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _toolchain() -> bool:
-    try:
-        metalcheck.find_toolchain()
-    except BuildError:
-        return False
-    return True
-
-
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(sys.platform != "linux" or not _toolchain(),
+              pytest.mark.skipif(sys.platform != "linux" or not objc_toolchain_found(),
                                  reason="the Linux Metal check needs Linux, clang and GNUstep")]
 
 
 @pytest.fixture(scope="module")
 def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    root = tmp_path_factory.mktemp("real-project")
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
-                        cache_dir=real_pin_cache)
+    return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
 
 
 def test_the_patched_tree_and_the_pin_pass_the_linux_metal_check(project: Project, tmp_path: Path) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from helpers import git
+from helpers import copy_real_project, git
 
-from builder.project import load_project
 from builder.series.apply import apply
 from builder.series.model import load_series
 from builder.upstream import fetch as upstream
@@ -29,10 +27,7 @@ def test_real_pin_fetches_and_the_real_series_applies(real_pin_cache: Path, tmp_
 
     # a copy of the project, so that the work repository is not made inside the real checkout
     root = tmp_path / "proj"
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    project = load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml",
-                           state_dir=root / ".patchset", cache_dir=real_pin_cache)
+    project = copy_real_project(root, real_pin_cache)
     series = load_series(project.patches_dir)
 
     result = apply(project)

@@ -11,13 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import copy_real_project
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.build.replay import read_trace
 from builder.gitrepo import GitRepo
 from builder.pipeline import run_tests
-from builder.project import Project, load_project
+from builder.project import Project
 from builder.prove.verify import PROVEN, verify
 from builder.series.apply import apply
 from builder.series.model import Patch, load_series
@@ -38,11 +39,7 @@ def acc_set_patch(patches_dir: Path) -> Patch:
 
 @pytest.fixture(scope="module")
 def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    root = tmp_path_factory.mktemp("replay-project")
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
-                        cache_dir=real_pin_cache)
+    return copy_real_project(tmp_path_factory.mktemp("replay-project"), real_pin_cache)
 
 
 def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> None:

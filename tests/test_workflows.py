@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 import test_verify as tv
 import yaml
-from helpers import patchset_argv
+from helpers import objc_toolchain_found, patchset_argv
 
-from builder.build import metalcheck
 from builder.cli import build_parser
-from builder.errors import BuildError, Outcome
+from builder.errors import Outcome
 from builder.project import load_project
 from builder.prove.verify import NOT_PROVEN, PROVEN, report_table
 
@@ -198,15 +197,7 @@ def run_step(script: str, cwd: Path, env: dict[str, str]) -> subprocess.Complete
                           env={**os.environ, **env, "PATH": path}, check=False, timeout=600)
 
 
-def _objc_toolchain() -> bool:
-    try:
-        metalcheck.find_toolchain()
-    except BuildError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(shutil.which("patchset") is None or not _objc_toolchain(),
+@pytest.mark.skipif(shutil.which("patchset") is None or not objc_toolchain_found(),
                     reason="needs the patchset console script, clang, libgnustep-base-dev, libblocksruntime-dev")
 def test_the_metal_workflow_steps_produce_their_outputs_on_linux(tmp_path: Path) -> None:
     """metal.yml's steps, run here: `build` as written (on Linux: the Metal check, Objective-C included),

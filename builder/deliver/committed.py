@@ -161,8 +161,13 @@ def after_trees(project: Project) -> dict[str, str]:
     return trees
 
 
+def patch_hashes(series: Series) -> dict[str, str]:
+    """Patch file name -> sha256 of its bytes now, read once per update or check."""
+    return {p.name: sha256_file(p.path) for p in series.patches}
+
+
 def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
-           trees: dict[str, str]) -> list[str]:
+           trees: dict[str, str], current: dict[str, str]) -> list[str]:
     """verify's evidence of the current patches, per backend: a proof that records these patch
     bytes, or any verdict whose after tree is the patch's after tree now (`trees`)."""
     skipped: list[str] = []
@@ -178,7 +183,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
                 continue
             recorded = (data.get("depends") or {}).get("patch_sha256")
             same_tree = patch.name in trees and facts.load(state_evidence, patch, backend, trees[patch.name]).data
-            if recorded != sha256_file(patch.path) and not same_tree:
+            if recorded != current[patch.name] and not same_tree:
                 skipped.append(f"{patch.name} on {backend}: made for other bytes of the patch")
                 continue
             by_backend.setdefault(backend, {})[stem] = _clean_json(data)  # type: ignore[assignment]
@@ -198,7 +203,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
         kept_shas = {n: sha for n, sha in (prior.patches if prior else {}).items() if n.removesuffix(".patch") in kept}
         newest = max(found.values(), key=lambda d: d.get("created", ""))
         host, pin = newest.get("host", {}), newest.get("pin", {})
-        shas = {p.name: sha256_file(p.path) for p in series.patches if p.name.removesuffix(".patch") in found}
+        shas = {p.name: current[p.name] for p in series.patches if p.name.removesuffix(".patch") in found}
         with_hunks = {n for n, d in found.items() if d.get("hunks_checked")}
         command = verify_command(backend, [(p.index, p.name.removesuffix(".patch")) for p in series.patches
                                            if p.name in shas], with_hunks)
@@ -303,7 +308,7 @@ def _drop(series: Series, docs_root: Path, stale: bool) -> list[str]:
     """Forget the manifest entries of files deleted by hand; with `stale`, also delete the files
     that cover a patch whose bytes changed (or that left the series)."""
     entries = load_manifest(docs_root)
-    current = {p.name: sha256_file(p.path) for p in series.patches}
+    current = patch_hashes(series)
     dropped = []
     for rel, entry in sorted(entries.items()):
         path = docs_root / rel
@@ -330,7 +335,7 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
         skipped += _from_gpu(folder, out, docs_root)
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
-        skipped += _local(series, state_evidence, out, docs_root, trees or {})
+        skipped += _local(series, state_evidence, out, docs_root, trees or {}, patch_hashes(series))
     entries = load_manifest(docs_root)
     for rel, (text, entry) in out.files.items():
         atomic_write_text(docs_root / rel, text)
@@ -410,7 +415,7 @@ def check(series: Series, root: Path) -> list[Problem]:
     """Every problem of the committed evidence, one per file and patch (see the module docstring)."""
     docs_root = root / "docs" / "evidence"
     entries = load_manifest(docs_root)
-    current = {p.name: sha256_file(p.path) for p in series.patches}
+    current = patch_hashes(series)
     problems: list[Problem] = []
     on_disk = sorted(p.relative_to(docs_root).as_posix() for p in docs_root.rglob("*")
                      if p.is_file() and p.name != MANIFEST) if docs_root.is_dir() else []

@@ -29,8 +29,9 @@ from builder.series.rebase import dry_run_rebase
 
 def _foreign(proj: Proj) -> list[str]:
     """A series written on a base this project never sees (a commit only in the scratch clone):
-    on the pin, patch 1 applies, patch 2 conflicts, patch 3 edits what patch 2 adds, and patch 4
-    undoes a change of the foreign base (so the pin already has it)."""
+    on the pin, patch 1 applies, patch 2 conflicts, patch 3 edits what patch 2 adds, patch 4
+    undoes a change of the foreign base (so the pin already has it), and patch 5 starts from
+    patch 3's b.c but edits its first line, whose context the pin has (it applies as is)."""
     s = proj.scratch
     commit(s, {"src/b.c": B_C.replace("    int n = 0;", "    size_t n = 0;"),
                "src/a.c": A_C.replace("return v * 2;", "return v * 3;")}, "foreign base\n")
@@ -42,6 +43,8 @@ def _foreign(proj: Proj) -> list[str]:
         commit(s, {"src/b.c": p2_b.replace("s != NULL && s[n]", "s && s[n]")},
                "b : shorter\n\nPatchset-Status: pending\n"),
         commit(s, {"src/a.c": A_C}, "a : twice is twice\n\nPatchset-Status: pending\n"),
+        commit(s, {"src/b.c": p2_b.replace("s != NULL && s[n]", "s && s[n]").replace("/* b.c */", "/* b.c: length */")},
+               "b : say what it is\n\nPatchset-Status: pending\n"),
     ]
     return write_patches(proj.patches, s, commits)
 
@@ -61,7 +64,7 @@ def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.Captur
     names = _foreign(proj)
     if abbreviated:  # as most tools write mails (Ollama's patches too): `index 1a2b3c4..5d6e7f8`;
         # patch 2 keeps its full ids: the ids are compared on their common prefix
-        for name in (names[0], names[2], names[3]):
+        for name in (names[0], names[2], names[3], names[4]):
             path = proj.patches / name
             path.write_text(re.sub(r"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}",
                                    r"index \1..\2", path.read_text(), flags=re.M))
@@ -77,6 +80,7 @@ def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.Captur
         (names[1], CONFLICT, ("src/b.c",), (f"src/b.c:{hunk.group(1)}",), ""),
         (names[2], DEPENDS, (), (), names[1]),
         (names[3], UPSTREAM, (), (), ""),
+        (names[4], CLEAN, (), (), ""),
     ]
     assert (report.old_commit, report.new_commit, report.dry_run) == ("", proj.upstream.commit, True)
     assert not proj.work.exists()
@@ -88,7 +92,7 @@ def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.Captur
     assert json.loads(capsys.readouterr().out) == report.as_json()
     assert main(["--project", str(proj.root), "apply", "--dry-run"]) == 3
     out = capsys.readouterr().out
-    assert "2 of 4 patch(es) would not apply" in out and f"needs {names[1]}" in out.replace("\n", "")
+    assert "2 of 5 patch(es) would not apply" in out and f"needs {names[1]}" in out.replace("\n", "")
     assert _touched(proj) == before
 
 

@@ -20,9 +20,11 @@ Per patch, in series order, on the tree carried so far:
   on the new base: a 3-way merge would "succeed" by dropping the lines it builds on.
 
 `apply --dry-run` (`dry_run_apply`) makes the same table for a series with no old base here: there
-`depends` is read from the blob ids the diffs name. A rebase dry run with a `Check` also hands the
-trees it made to that check (`builder.prove.fixed_upstream`: each patch's own test, without the
-fix, on the new upstream) and compares patch-ids with the commits between the pins.
+`depends` is read from the blob ids the diffs name, for a patch that does not apply as is (one
+written after a failed patch whose context is intact on the new base is `clean`). A rebase dry
+run with a `Check` also hands the trees it made to that check (`builder.prove.fixed_upstream`:
+each patch's own test, without the fix, on the new upstream) and compares patch-ids with the
+commits between the pins.
 """
 
 from __future__ import annotations
@@ -437,7 +439,15 @@ def _table(sc: _Scratch, names: list[str], mails: list[Path], new_tree: str, old
                 needs = ("" if sc.applies(without_failed, mail)
                          else _blame(sc, old_tree, mails[:j], failed, mail, names))
             else:
+                # the blob ids say only that the patch was written after a failed one: a patch that
+                # applies as is (its context matched exactly, no merge) does not need it
                 needs = _builds_on(mails, failed, mail, names)
+                if needs:
+                    ok, after = sc.apply(carried, mail)
+                    if ok:
+                        reports.append(PatchReport(name, CLEAN))
+                        carried = after
+                        continue
             if needs:
                 reports.append(PatchReport(name, DEPENDS, depends_on=needs))
                 continue

@@ -184,3 +184,74 @@ def test_the_recorded_verify_command_claims_hunks_only_for_the_patches_whose_hun
         "patchset verify --backend cpu --hunks 2 3; patchset verify --backend cpu 4 5"
     assert committed.verify_command("cpu", patches[2:], set()) == "patchset verify --backend cpu 4 5"
     assert committed.verify_command("cuda", patches[:1], {"b"}) == "patchset verify --backend cuda --hunks 2"
+
+
+def _add_hunk(mail: Path, path: str, line: str) -> None:
+    """Append a new file `path` of one line to the patch's diff (before the mail's signature)."""
+    text = mail.read_text()
+    extra = (f"diff --git a/{path} b/{path}\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n"
+             f"+++ b/{path}\n@@ -0,0 +1 @@\n+{line}\n")
+    cut = text.rfind("\n-- \n")
+    mail.write_text(text[:cut + 1] + extra + text[cut + 1:] if cut >= 0 else text + extra)
+
+
+def _stale_files(root: Path) -> set[str]:
+    code, out = evidence(root, "check")
+    return {f for f in (ln.split(":", 1)[0] for ln in out[:-1]) if f.startswith("docs/evidence/")} if code else set()
+
+
+def test_a_device_runs_results_stay_true_until_a_patch_changes_what_its_programs_compile(
+        proj: Path, tmp_path: Path) -> None:
+    """A run made on the series' bytes records each patch's input digest over the programs it built;
+    a change outside them (a message, another program's test) leaves its test run true, a change
+    to what they compile does not. The local proof (`proves` its patch) is stale on any change."""
+    mail = proj / "patches" / PATCH
+    assert evidence(proj, "update", "--from", str(gpu_output(tmp_path / "out", committed.sha256_file(mail))))[0] == 0
+    entry = json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"]["cuda/test.json"]
+    assert entry["programs"] == ["test-add", "test-backend-ops", "test-opt"] and set(entry["inputs"]) == {PATCH}
+    original = mail.read_bytes()
+
+    mail.write_bytes(original.replace(b"calc : add adds", b"calc : add adds up"))
+    _add_hunk(mail, "tests/test-elsewhere.cpp", "int main() { return 0; }")
+    assert _stale_files(proj) == {f"docs/evidence/cpu/{STEM}.md", "docs/evidence/cpu/run-verify.json",
+                                  "docs/evidence/cpu/verify.json"}
+
+    for changed in (b"return a + b;", b'printf("Backend 1/1: CPU\\n");'):  # the fix; test-add's source
+        mail.write_bytes(original.replace(changed, changed.replace(b";", b" ;")))
+        assert mail.read_bytes() != original
+        assert {"docs/evidence/cuda/test.json", "docs/evidence/cuda/run-main.json"} <= _stale_files(proj)
+
+
+def test_a_device_verify_keeps_the_proofs_it_did_not_redo_only_while_they_hold(proj: Path, tmp_path: Path) -> None:
+    """A second device run's verify.json is merged with the committed proofs of the patches it did
+    not verify; a proof of bytes the patch no longer has is not carried over."""
+    mail = proj / "patches" / PATCH
+    sha = committed.sha256_file(mail)
+
+    def device_verify(folder: Path, proofs: dict[str, object], patch_sha: str, date: str) -> Path:
+        out = gpu_output(folder, patch_sha)
+        run = json.loads((out / "run-main.json").read_text())
+        run["date"] = date
+        run["steps"].append({"step": "verify", "exit": 0, "seconds": 9,
+                             "command": f"patchset verify --backend cuda {date[-3:-1]}"})
+        (out / "run-main.json").write_text(json.dumps(run))
+        (out / "verify.json").write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": "cuda",
+                                                     "patches": proofs}))
+        return out
+
+    assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "a", {STEM: {"outcome": "proven"}},
+                                                                 sha, "2026-12-01T10:00:01Z")))[0] == 0
+    assert evidence(proj, "update", "--from",
+                    str(device_verify(tmp_path / "b", {}, sha, "2026-12-01T10:00:02Z")))[0] == 0
+    docs = proj / "docs" / "evidence"
+    entry = json.loads((docs / "MANIFEST.json").read_text())["files"]["cuda/verify.json"]
+    assert json.loads((docs / "cuda" / "verify.json").read_text())["patches"] == {STEM: {"outcome": "proven"}}
+    assert entry["proves"] == [PATCH]
+    assert entry["command"] == "patchset verify --backend cuda 01; then patchset verify --backend cuda 02"
+
+    mail.write_bytes(mail.read_bytes().replace(b"calc : add adds", b"calc : add adds up"))
+    assert "docs/evidence/cuda/verify.json" in _stale_files(proj)  # it proves the patch: any change
+    new_sha = committed.sha256_file(mail)
+    assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "c", {}, new_sha,
+                                                                 "2026-12-01T10:00:03Z")))[0] == 0
+    assert json.loads((docs / "cuda" / "verify.json").read_text())["patches"] == {}

@@ -7,7 +7,8 @@ same after tree) from the state folder (`.patchset/evidence/<patch>/<backend>.js
 and the outputs of `tools/gpu/run.sh` (`--from DIR`: its `run-*.json` records and the files their
 steps wrote; never its log). Every string is made relative to the tree (builder/deliver/clean.py).
 Each file gets an entry in `docs/evidence/MANIFEST.json`: the command that made it, date, machine,
-pin, the sha256 of every patch it covers, and its own sha256.
+pin, the sha256 of every patch it covers, and its own sha256; a device run made on the current
+bytes also records each patch's `input_digest` over the programs it built, and what it proves.
 
 `patchset evidence check` finds, one line per problem, a file that covers a patch whose bytes
 changed since (stale), a file no command wrote or one edited since (hand-made), a file a doc cites
@@ -21,9 +22,10 @@ import json
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from builder.build import cmakebuild as buildmod
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.errors import InputError
@@ -31,6 +33,7 @@ from builder.fsutil import atomic_write_text, sha256_file
 from builder.locking import project_lock
 from builder.project import Project
 from builder.prove import backends_doc, evidence
+from builder.series.dryrun import split_hunks
 from builder.series.model import Series, load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
@@ -58,6 +61,22 @@ class Entry:
     patches: dict[str, str]
     """Patch file name -> sha256 of its bytes when the evidence was made."""
     sha256: str
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Patch file name -> `input_digest` of its bytes then, over `programs` (recorded only where
+    those were the series' bytes at update time)."""
+    programs: list[str] = field(default_factory=list)
+    """The test programs the run built (the defaults and those the series named then)."""
+    proves: list[str] = field(default_factory=list)
+    """The patches whose own proof the file holds: any change to one of them makes it stale."""
+
+    def stale_for(self, series: Series, current: dict[str, str]) -> list[str]:
+        """The covered patches whose bytes now make this file untrue: gone from the series, proven
+        here with other bytes, or changed in a file the run's programs could have compiled."""
+        paths = {p.name: p.path for p in series.patches}
+        return [name for name, sha in self.patches.items()
+                if current.get(name) != sha and not (
+                    name in paths and name not in self.proves and name in self.inputs
+                    and self.inputs[name] == input_digest(paths[name].read_bytes(), self.programs))]
 
 
 @dataclass(frozen=True)
@@ -130,9 +149,11 @@ class _Writer:
         self.files: dict[str, tuple[str, Entry]] = {}
 
     def add(self, rel: str, text: str, command: str, date: str, machine: str, pin: str,
-            patches: dict[str, str]) -> None:
+            patches: dict[str, str], inputs: dict[str, str] | None = None, programs: list[str] | None = None,
+            proves: list[str] | None = None) -> None:
         self.files[rel] = (text, Entry(clean.relative(command), date, machine, pin, dict(sorted(patches.items())),
-                                       _sha(text)))
+                                       _sha(text), dict(sorted((inputs or {}).items())),
+                                       list(programs or []) if inputs else [], sorted(proves or [])))
 
 
 # -- update --------------------------------------------------------------------------------------
@@ -164,6 +185,28 @@ def after_trees(project: Project) -> dict[str, str]:
 def patch_hashes(series: Series) -> dict[str, str]:
     """Patch file name -> sha256 of its bytes now, read once per update or check."""
     return {p.name: sha256_file(p.path) for p in series.patches}
+
+
+def series_programs(series: Series) -> list[str]:
+    """The programs a device run of this series builds: the defaults and those the patches name."""
+    names = list(buildmod.DEFAULT_PROGRAMS)
+    names += [t.program for p in series.patches for t in p.meta.tests if t.program not in names]
+    return sorted(dict.fromkeys(names))
+
+
+def input_digest(mail: bytes, programs: list[str]) -> str:
+    """sha256 of a patch's diff (file headers less blob ids, and hunks), less the sources of test
+    programs other than `programs` (`tests/<name>.cpp`): equal digests, the same change to every
+    file a build of those programs could compile. A new test elsewhere, or a reworded message,
+    leaves a device's test runs, op sweeps and proofs of other patches true."""
+    h = hashlib.sha256()
+    for path, header, hunks in split_hunks(mail):
+        program = path.removeprefix("tests/").removesuffix(".cpp")
+        if path.startswith("tests/") and path.endswith(".cpp") and "/" not in program and program not in programs:
+            continue
+        kept = b"".join(ln for ln in header.splitlines(keepends=True) if not ln.startswith(b"index "))
+        h.update(kept + b"".join(body for _line, body in hunks))
+    return h.hexdigest()
 
 
 def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
@@ -233,6 +276,43 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
     return skipped
 
 
+def _keep_proofs(out: _Writer, rel: str, body: str, command: str, series: Series,
+                 current: dict[str, str]) -> tuple[str, str, list[str]]:
+    """A device run's verify.json (made on the current bytes) with the proofs of the patches it did
+    not verify that the file had before (written earlier in this update, or committed), where those
+    still hold for the current series."""
+    pending = out.files.get(rel)
+    path = out.root / rel
+    if pending is not None:
+        prior_text, prior = pending
+    elif rel in (entries := load_manifest(out.root)) and path.exists():
+        prior_text, prior = path.read_text(encoding="utf-8"), entries[rel]
+    else:
+        return body, command, []
+    new = json.loads(body)
+    kept = {stem: ev for stem, ev in json.loads(prior_text).get("patches", {}).items()
+            if stem not in new.get("patches", {}) and _proof_holds(prior, f"{stem}.patch", series, current)}
+    if not kept:
+        return body, command, []
+    merged = {**new, "patches": dict(sorted({**kept, **new.get("patches", {})}.items()))}
+    return (json.dumps(merged, indent=1) + "\n", f"{prior.command}; then {command}",
+            [f"{stem}.patch" for stem in kept])
+
+
+def _proof_holds(prior: Entry, name: str, series: Series, current: dict[str, str]) -> bool:
+    """A committed proof of patch `name` holds now when the patch and every patch before it (its
+    trees are made of those alone) has the bytes it was proven with, or, for an earlier patch, bytes
+    with the same `input_digest`."""
+    for p in series.patches:
+        if prior.patches.get(p.name) != current[p.name] and (
+                p.name == name or p.name not in prior.inputs
+                or prior.inputs[p.name] != input_digest(p.path.read_bytes(), prior.programs)):
+            return False
+        if p.name == name:
+            return True
+    return False
+
+
 def verify_command(backend: str, patches: list[tuple[int, str]], with_hunks: set[str]) -> str:
     """The verify commands that reproduce evidence of (number, stem) patches: `--hunks` only for
     those whose hunks were checked (one command claiming --hunks for all would not be true)."""
@@ -255,8 +335,10 @@ def _outputs(run: dict) -> dict[str, str]:
     return made
 
 
-def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
-    """The outputs of tools/gpu/run.sh in `folder`: the run records and the files their steps wrote."""
+def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str]) -> list[str]:
+    """The outputs of tools/gpu/run.sh in `folder`: the run records and the files their steps wrote.
+    A run made on the series' current bytes records each patch's `input_digest`; its verify.json
+    keeps the committed proofs of other patches that still hold."""
     skipped: list[str] = []
     runs = sorted(folder.glob("run-*.json"))
     if not runs:
@@ -279,10 +361,18 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
         invocation = str(run.get("invocation") or f"tools/gpu/run.sh --backend {backend} (steps: " + ", ".join(
             str(s.get("step")) for s in run.get("steps", [])) + ")")
         common = (str(run.get("date", "")), machine, _pin_text(run.get("pin", {})), shas)
+        programs = series_programs(series)
+        inputs = ({p.name: input_digest(p.path.read_bytes(), programs) for p in series.patches}
+                  if shas == current else {})
+        outputs = _outputs(run)
+        proven = []
+        if "verify.json" in outputs and (folder / "verify.json").exists():
+            proven = [f"{stem}.patch" for stem in json.loads((folder / "verify.json").read_text(encoding="utf-8"))
+                      .get("patches", {})]
         text = json.dumps(_clean_json(run), indent=1) + "\n"
-        out.add(f"{backend}/{rpath.name}", text, invocation, *common)
+        out.add(f"{backend}/{rpath.name}", text, invocation, *common, inputs, programs, proven)
         claimed.add(rpath.name)
-        for name, cmd in _outputs(run).items():
+        for name, cmd in outputs.items():
             src = folder / name
             if not src.exists():
                 continue
@@ -291,7 +381,11 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
                 body = json.dumps(_clean_json(json.loads(body)), indent=1) + "\n"
             else:
                 body = clean.relative(body)
-            out.add(f"{backend}/{name}", body, cmd, *common)
+            rel = f"{backend}/{name}"
+            made_by, kept = cmd, list[str]()
+            if name == "verify.json" and inputs:
+                body, made_by, kept = _keep_proofs(out, rel, body, cmd, series, current)
+            out.add(rel, body, made_by, *common, inputs, programs, proven + kept if name == "verify.json" else [])
             claimed.add(name)
     for f in sorted(folder.iterdir()):
         if f.is_file() and f.name not in claimed:
@@ -300,8 +394,6 @@ def _from_gpu(folder: Path, out: _Writer, docs_root: Path) -> list[str]:
     return skipped
 
 
-def _covers_stale(entry: Entry, current: dict[str, str]) -> bool:
-    return any(current.get(name) != sha for name, sha in entry.patches.items())
 
 
 def _drop(series: Series, docs_root: Path, stale: bool) -> list[str]:
@@ -312,7 +404,7 @@ def _drop(series: Series, docs_root: Path, stale: bool) -> list[str]:
     dropped = []
     for rel, entry in sorted(entries.items()):
         path = docs_root / rel
-        if path.exists() and not (stale and _covers_stale(entry, current)):
+        if path.exists() and not (stale and entry.stale_for(series, current)):
             continue
         path.unlink(missing_ok=True)
         del entries[rel]
@@ -332,7 +424,7 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
     out = _Writer(docs_root)
     skipped: list[str] = []
     for folder in from_dirs:
-        skipped += _from_gpu(folder, out, docs_root)
+        skipped += _from_gpu(folder, out, series, patch_hashes(series))
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
         skipped += _local(series, state_evidence, out, docs_root, trees or {}, patch_hashes(series))
@@ -429,10 +521,11 @@ def check(series: Series, root: Path) -> list[Problem]:
         problems += [Problem(f"{shown}:{c.line}", "", c.what) for c in clean.problems(rel, text)]
         if sha256_file(docs_root / rel) != entry.sha256:
             problems.append(Problem(shown, "", f"edited since `{UPDATE}` wrote it (made by `{entry.command}`)"))
-        for name, sha in entry.patches.items():
+        for name in entry.stale_for(series, current):
+            sha = entry.patches[name]
             if name not in current:
                 problems.append(Problem(shown, name, "stale: covers a patch that is no longer in the series"))
-            elif current[name] != sha:
+            else:
                 problems.append(Problem(shown, name, f"stale: the patch's bytes changed since (evidence for "
                                                      f"sha256 {sha[:12]}, now {current[name][:12]}); "
                                                      f"run `{entry.command}` again"))

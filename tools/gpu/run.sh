@@ -7,6 +7,7 @@
 #
 # Steps, run in order (each writes into $OUT; at most 8 files come back from a device call):
 #   main              patchset build, test and verify on the patched tree -> test.json, verify.json
+#   verify            patchset verify alone (--verify-patches), without build and test -> verify.json
 #   sweep:NAME:OPS    patchset test --against upstream --ops OPS (all ops: OPS=all) -> sweep-NAME.json
 #   wheel             patchset wheel from the carried bindings sdist (prepare.sh --wheel), installed
 #                     into a new venv with --no-index and imported from an empty folder
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
         *) steps+=("$1"); shift ;;
     esac
 done
-[ ${#steps[@]} -gt 0 ] || { echo "run.sh: name at least one step (main, sweep:NAME:OPS)" >&2; exit 2; }
+[ ${#steps[@]} -gt 0 ] || { echo "run.sh: name at least one step (main, verify, sweep:NAME:OPS, wheel)" >&2; exit 2; }
 out=${OUT:-$root/.patchset/gpu-out}
 mkdir -p "$out"
 log="$out/log.txt"
@@ -117,20 +118,28 @@ arch=()
 # CMake can see the GPU): the same flags, so verify reuses the patched tree's build instead of
 # compiling ggml-cuda again
 [ "$backend" = cuda ] && [ -n "$cuda_arch" ] && arch=(--cuda-arch "$cuda_arch")
-for s in "${steps[@]}"; do
-    case "$s" in
-        main)
-            step build "$ps" build --backend "$backend" "${arch[@]}" || { status=1; continue; }
-            step test "$ps" test --backend "$backend" --json "$out/test.json" || status=1
-            # shellcheck disable=SC2086  # a list of patch numbers, split on purpose
-            step verify "$ps" verify --backend "$backend" "${arch[@]}" $verify_patches || status=1
-            "$py" - "$root/.patchset/evidence" "$backend" "$out/verify.json" <<'PY' || status=1
+# verify, then its evidence of this backend as verify.json
+verify_step() {
+    # shellcheck disable=SC2086  # a list of patch numbers, split on purpose
+    step verify "$ps" verify --backend "$backend" "${arch[@]}" $verify_patches || status=1
+    "$py" - "$root/.patchset/evidence" "$backend" "$out/verify.json" <<'PY' || status=1
 import json, pathlib, sys
 ev, backend, out = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
 found = {p.parent.name: json.loads(p.read_text()) for p in sorted(ev.glob(f"*/{backend}.json"))}
 out.write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": backend, "patches": found},
                           indent=1) + "\n")
 PY
+}
+
+for s in "${steps[@]}"; do
+    case "$s" in
+        main)
+            step build "$ps" build --backend "$backend" "${arch[@]}" || { status=1; continue; }
+            step test "$ps" test --backend "$backend" --json "$out/test.json" || status=1
+            verify_step
+            ;;
+        verify)
+            verify_step
             ;;
         sweep:*)
             IFS=: read -r _ name ops <<< "$s"

@@ -165,6 +165,30 @@ def test_check_reads_the_log(mini: Proj, capsys: pytest.CaptureFixture[str]) -> 
             dropped.append(mini.patches, [])
 
 
+def test_check_finds_an_earlier_record_changed_since_the_last_commit(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fork's git holds the log: a line of the committed log that is changed or gone is an error
+    until the change is committed (on purpose, with why); new lines after it are what bumps add."""
+    log = mini.patches / "dropped"
+    first = "\t".join(["0009-calc-gone.patch", "c" * 40, "a" * 40, "merged", "by hand"])
+    log.write_text(dropped.HEADER + first + "\n")
+    git(mini.root, "init", "-q")
+    git(mini.root, "add", "patches")
+    git(mini.root, "commit", "-q", "-m", "the fork")
+    assert check(mini, capsys)[0] == 0
+    second = first.replace("0009-calc-gone", "0010-calc-gone-too").replace("c" * 40, "d" * 40)
+    log.write_text(dropped.HEADER + first + "\n" + second + "\n")
+    assert check(mini, capsys)[0] == 0
+    n = dropped.HEADER.count("\n") + 1
+    for text in (dropped.HEADER + first.replace("by hand", "by a hand") + "\n" + second + "\n",
+                 dropped.HEADER + second + "\n"):
+        log.write_text(text)
+        rc, lines = check(mini, capsys)
+        assert rc == 1 and lines[0].startswith(f"{log}:{n}: a line of the last commit's log (HEAD) is changed or gone")
+    git(mini.root, "commit", "-q", "-am", "calc-gone is needed again: upstream reverted its fix")
+    assert check(mini, capsys)[0] == 0
+
+
 SUB2_FIX = CALC_C.replace("calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return a - b; }")
 # two cases, both failing without the fix (a + b)
 TEST_SUB2 = cases_program([("sub(a=5,b=3)", "calc_sub(5, 3)", 2), ("sub(a=1,b=1)", "calc_sub(1, 1)", 0)])

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
-    findings += dropped.lint(project.patches_dir, series)
+    findings += dropped.lint(project.patches_dir, series, dropped.committed(project.patches_dir))
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     for d in deprecations(series):

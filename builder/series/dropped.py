@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import proc
 from builder.errors import SeriesError
 from builder.fsutil import atomic_write
+from builder.gitrepo import ISOLATED
 from builder.series.dryrun import patch_ids
 from builder.series.model import Finding, Series
 
@@ -144,11 +146,27 @@ def series_patch_ids(series: Series) -> dict[str, str]:
     return {pid: series.patches[i - 1].name for i, pid in by_index.items() if 0 < i <= len(series.patches)}
 
 
-def lint(patches_dir: Path, series: Series) -> list[Finding]:
-    """Malformed lines of the log, and each dropped patch that is in the series again: by its name
-    (without the series number) or by its patch-id."""
+def committed(patches_dir: Path) -> str | None:
+    """The log as the last commit of the repository `patches/` is in holds it (HEAD); None when
+    there is none (no repository, no commit, or the log not committed yet)."""
+    r = proc.run(["git", "-C", str(patches_dir), "show", f"HEAD:./{NAME}"], env=ISOLATED, check=False)
+    return r.stdout if r.returncode == 0 else None
+
+
+def lint(patches_dir: Path, series: Series, before: str | None = None) -> list[Finding]:
+    """Malformed lines of the log, each dropped patch that is in the series again (by its name
+    without the series number, or by its patch-id), and, given the log as last committed
+    (`before`), the first earlier line that is not as it was there: the log only grows."""
     path = log_file(patches_dir)
     records, findings = parse(path)
+    if before is not None and path.is_file():
+        now = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        changed = next((n for n, line in enumerate(before.splitlines(), 1) if n > len(now) or now[n - 1] != line),
+                       None)
+        if changed is not None:
+            findings.append(Finding(path, changed, "a line of the last commit's log (HEAD) is changed or gone: the log "
+                                    "is append-only (`git checkout HEAD -- patches/dropped` restores it; a record "
+                                    "removed on purpose goes in a commit that says why)"))
     if not records:
         return findings
     stems = {stem(p.name): p.name for p in series.patches}

@@ -163,6 +163,11 @@ def test_check_reads_the_log(mini: Proj, capsys: pytest.CaptureFixture[str]) -> 
         # and bump never adds to a damaged log
         with pytest.raises(SeriesError, match=rf"^{re.escape(str(log))}:{header_lines + 3}: .*damaged log"):
             dropped.append(mini.patches, [])
+    # nor writes a record that the next reader would refuse (a patch without a patch-id)
+    log.write_text(dropped.HEADER + other + "\n")
+    with pytest.raises(SeriesError, match=re.escape("of 0001-x.patch: patch-id '' is not 40 hex")):
+        dropped.append(mini.patches, [dropped.DropRecord("0001-x.patch", "", commit, "merged", "e")])
+    assert log.read_text() == dropped.HEADER + other + "\n"
 
 
 def test_check_finds_an_earlier_record_changed_since_the_last_commit(

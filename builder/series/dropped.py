@@ -128,6 +128,10 @@ def append(patches_dir: Path, records: list[DropRecord]) -> None:
     _, findings = parse(path)
     if findings:
         raise SeriesError(f"{findings[0]}; not adding to a damaged log (fix the line, or restore it from git)")
+    for r in records:  # a record the next reader would refuse would damage the log for every later bump
+        problem = _problem(r.line().rstrip("\n"))
+        if problem:
+            raise SeriesError(f"{path}: not adding the record of {r.patch}: {problem}")
     if old and not old.endswith(b"\n"):
         old += b"\n"
     atomic_write(path, old + "".join(r.line() for r in records).encode())

@@ -14,6 +14,7 @@ EXIT_FAILED = 1  # a check, test or proof failed
 EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
 EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
+EXIT_FIXED_UPSTREAM = 5  # bump: upstream fixed a patch's bug (all or part of it); nothing was changed
 EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
 
 
@@ -27,11 +28,14 @@ class Outcome(enum.Enum):
     """verify: nothing regressed, but a patch is not proven."""
     CONFLICT = EXIT_CONFLICT
     """rebase --dry-run: some patch would not apply on the new base (nothing was changed)."""
+    FIXED_UPSTREAM = EXIT_FIXED_UPSTREAM
+    """bump: upstream fixed a patch's bug (`--drop-fixed` drops it) or part of it (the patch needs a
+    person); nothing was changed."""
 
     @classmethod
     def worst(cls, *outcomes: Outcome) -> Outcome:
         """FAILED over NOT_PROVEN over OK (what `all` reports for its steps together)."""
-        order = (cls.FAILED, cls.CONFLICT, cls.NOT_PROVEN, cls.OK)
+        order = (cls.FAILED, cls.CONFLICT, cls.FIXED_UPSTREAM, cls.NOT_PROVEN, cls.OK)
         return next((o for o in order if o in outcomes), cls.OK)
 
 

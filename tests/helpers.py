@@ -255,6 +255,15 @@ class Proj:
     def wgit(self, *args: str, check: bool = True) -> str:
         return git(self.work, *args, check=check)
 
+    def put_back(self, pin: bytes, patches: dict[str, bytes]) -> None:
+        """The pin and patches/ as they were (a `snapshot`), as the documented way back after a
+        rebase or bump does it (`rm -r patches && git checkout REV -- upstream/llama.cpp.toml patches`)."""
+        shutil.rmtree(self.patches)
+        self.project.pin_file.write_bytes(pin)
+        for rel, data in patches.items():
+            (self.patches / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.patches / rel).write_bytes(data)
+
     def set_series(self, commits: list[str]) -> list[str]:
         """Make patches/ hold exactly these scratch commits, one mail each; the file names."""
         return write_patches(self.patches, self.scratch, commits)

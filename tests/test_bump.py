@@ -51,14 +51,16 @@ SERIES = [
 NAMES = ["0001-calc-sub-subtracts.patch", "0002-calc-mul-multiplies.patch"]
 
 
-def make_mini(base: Path, up: Upstream, cache_dir: Path) -> Proj:
-    """The calc tree as the pin, the two-patch series, applied."""
+def make_mini(base: Path, up: Upstream, cache_dir: Path,
+              patches: list[tuple[dict[str, str | bytes | None], str]] | None = None) -> Proj:
+    """The calc tree as the pin, the two-patch series (or `patches`), applied."""
     header = CALC_H.replace("int calc_sub(int a, int b);\n",
                             "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\nint calc_one(void);\n")
     c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": header, "ggml/src/calc.c": CALC_C,
                      "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
-    proj = make_project(base, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir, patches=SERIES)
-    assert proj.series() == NAMES
+    proj = make_project(base, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir,
+                        patches=SERIES if patches is None else patches)
+    assert patches is not None or proj.series() == NAMES
     apply(proj.project)
     return proj
 
@@ -147,15 +149,23 @@ def test_a_bump_that_breaks_a_patch_changes_nothing_and_names_it(
     assert "regression: test-mul CPU MUL(want=9): None -> fail" in text
 
 
-def test_a_patch_not_proven_on_the_new_upstream_changes_nothing(
+def test_a_patch_upstream_fixed_its_own_way_stops_the_bump_and_is_named(
         mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     # upstream's calc_add now multiplies: calc_mul (which calls it) is right without patch 2, whose
-    # test no longer fails without it
-    _, out, text = failing_bump(mini, capsys, 4, {"ggml/src/calc.c": CALC_C.replace(
+    # test passes without it on the new upstream. Before the fixed-upstream check this was found at
+    # the end, by verify (exit 4, not proven); now before anything builds, by the patch's own test
+    _, out, text = failing_bump(mini, capsys, 5, {"ggml/src/calc.c": CALC_C.replace(
         "calc_add(int a, int b) { return a + b; }", "calc_add(int a, int b) { return a * b; }")}, "calc: add\n")
-    assert f"failed at verify ({NAMES[1]})" in out and "passes without the fix" in out
-    assert "FAILED at verify (not proven)" in text
-    assert f"| {NAMES[0]} | cpu | proven |" in text and f"| {NAMES[1]} | cpu | not proven |" in text
+    out = " ".join(out.split())
+    assert f"failed at rebase ({NAMES[1]})" in out
+    # its evidence: the test that ran without the fix, and that it passed
+    assert f"upstream fixed {NAMES[1]}: fixed-upstream" in out and "test-mul passed (1 passed, 0 failed)" in out
+    assert NAMES[0] + ":" not in out.split("upstream fixed", 1)[1]
+    assert "--drop-fixed" in out
+    assert "FAILED at rebase (fixed upstream)" in text
+    assert f"| 1 | {NAMES[0]} | clean | not fixed upstream |" in text
+    assert f"| 2 | {NAMES[1]} | clean | fixed upstream |" in text
+    assert "## Build\n\n(not run)" in text
 
 
 def test_a_bump_whose_tree_does_not_build_changes_nothing(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,22 +176,6 @@ def test_a_bump_whose_tree_does_not_build_changes_nothing(mini: Proj, capsys: py
         "ggml/src/calc.c": CALC_C.replace("int calc_one(void) { return 1; }\n", "")}, "calc: no one\n")
     assert f"failed at build ({NAMES[1]})" in out and "test-mul.cpp" in out
     assert "FAILED at build (failed)" in text and "## Sweep (patched against the new upstream)\n\n(not run)" in text
-
-
-def test_a_patch_already_upstream_is_dropped_and_listed(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
-    new = mini.upstream.advance({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc: fix sub\n")
-
-    assert bump(mini, new) == 0, capsys.readouterr()
-    out = capsys.readouterr().out
-    assert f"dropped as already upstream: {NAMES[0]}" in out
-    assert mini.series() == ["0001-calc-mul-multiplies.patch"]
-    assert not (mini.patches / NAMES[0]).exists()
-    assert load_pin(mini.project.pin_file).commit == new
-    assert mini.wgit("rev-list", "--count", "upstream..patched") == "1"
-    text = reports(mini)[0].read_text()
-    assert f"| {NAMES[0]} | already-upstream |" in text
-    assert f"Dropped as already upstream: {NAMES[0]}" in text
-    assert "| 0001-calc-mul-multiplies.patch | cpu | proven |" in text
 
 
 def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
@@ -211,12 +205,13 @@ def test_a_conflict_stops_with_exit_3_changes_nothing_and_says_what_to_do(
     assert "every stage passed" in (mini.project.state_dir / f"bump-{new[:7]}-{new[:7]}.md").read_text()
 
 
-def bump_scenario(tmp_path: Path) -> tuple[Scenario, str]:
-    """The mini project in a fault-injection scenario, to bump onto a new upstream that passes."""
+def bump_scenario(tmp_path: Path, files: dict[str, str | bytes | None] | None = None) -> tuple[Scenario, str]:
+    """The mini project in a fault-injection scenario, to bump onto a new upstream of `files` (by
+    default one that passes)."""
     up = make_upstream(tmp_path)
     s = Scenario(tmp_path, up, ())
     make_mini(s.live, up, s.cache)
-    new = up.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
+    new = up.advance(files or {"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
     s.args = ("bump", "--onto", new, "-j", "2", "--confirm", "0")
     s.save()
     return s, new

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
 from helpers import B_C, PATCH1_A_C, STANDARD_NAMES, Proj, git
@@ -40,11 +39,7 @@ def test_rebase_reports_the_range_diff_and_keeps_the_series_as_it_was(
 
     # the way back (docs/upstream.md): the pin and patches/ as the fork's git holds them
     # (`rm -r patches && git checkout REV -- upstream/llama.cpp.toml patches`), then apply --force
-    shutil.rmtree(proj.patches)
-    proj.project.pin_file.write_bytes(pin_before)
-    for rel, data_ in patches_before.items():
-        (proj.patches / rel).parent.mkdir(parents=True, exist_ok=True)
-        (proj.patches / rel).write_bytes(data_)
+    proj.put_back(pin_before, patches_before)
     assert main(["--project", str(proj.root), "apply", "--force"]) == 0
     assert proj.wgit("rev-parse", "patched^{tree}") == proj.wgit("rev-parse", f"{ref}^{{tree}}")
     assert proj.series() == STANDARD_NAMES

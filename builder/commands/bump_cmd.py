@@ -6,18 +6,18 @@ from rich.markup import escape
 
 from builder.build.cmakebuild import PROFILES
 from builder.build.testrun import MODES
-from builder.commands.rebase_cmd import print_report
+from builder.commands.rebase_cmd import print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
 from builder.commands.verify_cmd import print_verdicts
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.orchestrate.bump import CONFLICT, NOT_PROVEN, BumpOptions, BumpResult, bump
+from builder.orchestrate.bump import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult, bump
 from builder.project import Project
 
 NAME = "bump"
-HELP = ("move the series to a new upstream only if it rebases, builds, passes the regression sweep and every "
-        "patch is proven there; else change nothing")
+HELP = ("move the series to a new upstream only if no patch's bug is fixed there, it rebases, builds, passes the "
+        "regression sweep and every patch is proven there; else change nothing")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,13 +32,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="re-runs of each sweep case that changed, on both trees (default 3; 0: off)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
+    p.add_argument("--drop-fixed", action="store_true",
+                   help="leave out the patches upstream fixed (their own test passes there without the fix, or "
+                        "upstream has their diff) and record each in patches/dropped; without it they stop the bump "
+                        "(exit 5). A patch fixed in part always stops it")
     add_timeout(p)
 
 
 def outcome(result: BumpResult) -> Outcome:
     if result.ok:
         return Outcome.OK
-    return {CONFLICT: Outcome.CONFLICT, NOT_PROVEN: Outcome.NOT_PROVEN}.get(result.failure, Outcome.FAILED)
+    return {CONFLICT: Outcome.CONFLICT, NOT_PROVEN: Outcome.NOT_PROVEN,
+            FIXED: Outcome.FIXED_UPSTREAM}.get(result.failure, Outcome.FAILED)
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -46,6 +51,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         onto=args.onto, backend=args.backend, mode=args.mode,
         ops=tuple(o for o in args.ops.split(",") if o) if args.ops else None, all_ops=args.all,
         workers=args.workers, confirm=args.confirm, jobs=args.jobs, cuda_arch=args.cuda_arch, timeout_s=args.timeout,
+        drop_fixed=args.drop_fixed,
     )
     result = bump(project, opts, CliProgress())
     if result.recovered:
@@ -62,8 +68,11 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if result.ok:
         console.print(f"bumped from {old} onto {new}: pin {project.pin_file.name} and patches/ updated "
                       f"(commit them); report written to {result.report_file}", highlight=False)
-        if result.dropped:
-            console.print(f"dropped as already upstream: {', '.join(result.dropped)}", highlight=False)
+        for d in result.records:
+            console.print(f"dropped {d.patch} ({d.why} in {d.commit[:12]}), recorded in patches/dropped: "
+                          f"{d.evidence}", highlight=False, markup=False, soft_wrap=True)
+        if result.rebase is not None:
+            print_way_back(result.rebase)
     else:
         names = f" ({', '.join(result.patches)})" if result.patches else ""
         console.print(f"[bold red]bump onto {new} failed at {result.failed_stage}[/]{escape(names)}: "

@@ -5,10 +5,12 @@ import argparse
 from builder.console import console
 from builder.errors import Outcome
 from builder.project import Project
+from builder.series import dropped
 from builder.series.model import deprecations, lint
 
 NAME = "check"
-HELP = "lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers"
+HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers; "
+        "the dropped-patch log (patches/dropped)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
+    findings += dropped.lint(project.patches_dir, series, dropped.committed(project.patches_dir))
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     for d in deprecations(series):

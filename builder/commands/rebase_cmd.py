@@ -7,7 +7,7 @@ from builder.commands.dryrun_view import print_dry_run, print_report
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
-from builder.series.dryrun import Check
+from builder.series.dryrun import Check, RebaseReport
 from builder.series.model import BACKENDS
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
@@ -41,6 +41,16 @@ def _check(args: argparse.Namespace, project: Project) -> Check | None:
     return checker(project, args.backend, None if args.json else CliProgress())
 
 
+def print_way_back(report: RebaseReport) -> None:
+    """After a rebase or bump: what each patch became (range-diff) and the ref of the series before."""
+    if report.range_diff:
+        console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
+        console.print(report.range_diff.rstrip("\n"), highlight=False, markup=False)
+    if report.recovery_ref:
+        console.print(f"the series as it was: {report.recovery_ref} in the work repository "
+                      "(the way back: docs/upstream.md)", highlight=False)
+
+
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.fixed_upstream and not args.onto:
         raise InputError("--fixed-upstream goes with --onto (it runs before the series moves)")
@@ -69,12 +79,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
                   f"pin {project.pin_file.name} and patches/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
-    if result.report is not None and result.report.range_diff:
-        console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
-        console.print(result.report.range_diff.rstrip("\n"), highlight=False, markup=False)
-    if result.report is not None and result.report.recovery_ref:
-        console.print(f"the series as it was: {result.report.recovery_ref} in the work repository "
-                      "(the way back: docs/upstream.md)", highlight=False)
+    if result.report is not None:
+        print_way_back(result.report)
     if result.dropped:
         console.print(f"dropped as already upstream: {', '.join(result.dropped)}")
     if result.skipped:

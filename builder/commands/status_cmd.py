@@ -38,6 +38,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     console.print(table)
     if st.extra_commits:
         console.print(f"{st.extra_commits} commit(s) on 'patched' are not in patches/ yet: run `patchset refresh`")
+    for d in st.dropped:
+        console.print(f"dropped: {d.patch} ({d.why} in {d.commit[:12]}; patches/dropped)", highlight=False,
+                      markup=False)
     for prob in st.problems:
         console.print(f"problem: {prob}", highlight=False)
     return Outcome.OK

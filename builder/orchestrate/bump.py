@@ -4,9 +4,13 @@ Every stage runs in a scratch project (`.patchset/bump/scratch/`): a copy of `pa
 pin, its own work repository and build folders, the same cache. The project's pin, `patches/` and
 work repository are not touched until every stage has passed:
 
-1. rebase: `patchset apply` then `patchset rebase --onto` in the scratch project (the same
-   sequencer; patches found already upstream are dropped and listed). A conflict stops the bump;
-   it is resolved with `patchset rebase --onto` in the project itself.
+1. rebase: `patchset apply`, then `patchset rebase --onto --dry-run --fixed-upstream` (each
+   patch's own test on the new upstream without the fix, and patch-ids), then `patchset rebase
+   --onto` in the scratch project. A patch upstream fixed (its test passes without the fix, its
+   patch-id is upstream's, or its diff is there already) stops the bump, or with `--drop-fixed` is
+   left out of the rebase and recorded in `patches/dropped` (`builder.series.dropped`); a patch
+   upstream fixed in part always stops it. A conflict stops the bump; it is resolved with
+   `patchset rebase --onto` in the project itself.
 2. build: `patchset build` of the rebased `patched` (ggml and the test programs).
 3. sweep: `patchset test --against upstream`, where `upstream` is now the new upstream.
 4. verify: every patch proven again on the new upstream (no evidence reused).
@@ -55,11 +59,15 @@ from builder.project import Project
 from builder.prove import evidence
 from builder.prove import sweep as sweepmod
 from builder.prove import verify as verifymod
+from builder.prove.fixed_upstream import checker
+from builder.series import dropped as droplog
 from builder.series import dryrun
 from builder.series.apply import apply
-from builder.series.dryrun import RebaseReport
+from builder.series.dropped import DropRecord
+from builder.series.dryrun import FIXED as FIXED_VERDICT
+from builder.series.dryrun import NOT_FIXED, PARTLY_FIXED, PatchReport, RebaseReport
 from builder.series.model import load_series
-from builder.series.rebase import rebase, target_pin
+from builder.series.rebase import before_ref, dry_run_rebase, rebase, target_pin
 from builder.series.refresh import FileChange
 from builder.series.workrepo import (
     PATCHED,
@@ -82,6 +90,10 @@ REBASE, BUILD, SWEEP, VERIFY = "rebase", "build", "sweep", "verify"
 CONFLICT = "conflict"
 FAILED = "failed"
 NOT_PROVEN = "not proven"
+FIXED = "fixed upstream"
+
+DROPPED = "dropped"
+"""The rebase table's outcome of a patch `--drop-fixed` left out."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ class BumpOptions:
     jobs: int | None = None
     cuda_arch: str | None = None
     timeout_s: float | None = testrun.DEFAULT_TIMEOUT_S
+    drop_fixed: bool = False
+    """Leave out the patches upstream fixed, recording each in `patches/dropped` (else they stop the bump)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,7 @@ class BumpResult:
     failed_stage: str = ""
     """The stage that failed ('' when every stage passed and the project was moved)."""
     failure: str = ""
-    """CONFLICT, FAILED or NOT_PROVEN."""
+    """CONFLICT, FIXED, FAILED or NOT_PROVEN."""
     reason: str = ""
     patches: tuple[str, ...] = ()
     """The patches the failure names."""
@@ -118,6 +132,8 @@ class BumpResult:
     verify: verifymod.VerifyReport | None = None
     changes: tuple[FileChange, ...] = ()
     """What changed in `patches/` (only when the bump passed)."""
+    records: tuple[DropRecord, ...] = ()
+    """The patches `--drop-fixed` left out, as added to `patches/dropped` (when the bump passed)."""
     report_file: Path | None = None
     recovered: bool = False
     """An interrupted earlier bump to this pin was finished instead (no stage ran)."""
@@ -128,7 +144,7 @@ class BumpResult:
 
     @property
     def dropped(self) -> list[str]:
-        return [p.patch for p in self.rebase.patches if p.outcome == dryrun.UPSTREAM] if self.rebase else []
+        return [r.patch for r in self.records]
 
 
 class _Failed(Exception):
@@ -179,11 +195,15 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
         if finished is not None and finished == new_pin.commit:
             return BumpResult(old_pin, old_pin, recovered=True)
         work = WorkRepo(project.work_repo)
-        if work.exists() and work.head() is not None:
+        had_work = work.exists() and work.head() is not None
+        if had_work:
             _refuse_unsaved(work)
         before = _snapshot(project)
         scratch = _fresh_scratch(project)
         result = _stages(scratch, opts, old_pin, new_pin, progress)
+        if result.rebase is not None and result.rebase.recovery_ref and not had_work:
+            # the scratch project's ref: the project has no work repository to keep one in
+            result = dataclasses.replace(result, rebase=dataclasses.replace(result.rebase, recovery_ref=""))
         result = dataclasses.replace(result, report_file=report_path(project, old_pin, result.new_pin))
         assert result.report_file is not None
         atomic_write_text(result.report_file, render_report(result, opts))
@@ -195,7 +215,7 @@ def bump(project: Project, opts: BumpOptions, progress: ProgressSink | None = No
         move_work = work.exists() and work.head() is not None
         if move_work:
             _refuse_unsaved(work)  # again: the stages take long, and a fix may have been started meanwhile
-        _switch(project, scratch, result.new_pin, move_work)
+        _switch(project, scratch, old_pin, result.new_pin, move_work)
         return result
 
 
@@ -240,7 +260,8 @@ def _fresh_scratch(project: Project) -> Project:
         shutil.rmtree(scratch.root)
     if scratch.state_dir.exists():
         for child in scratch.state_dir.iterdir():
-            if child == scratch.build_root:
+            # the fixed-upstream check's source folder goes with its build folder (CMake binds them)
+            if child == scratch.build_root or child.name == "upstream-check":
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
@@ -255,8 +276,9 @@ def _fresh_scratch(project: Project) -> Project:
 def _stages(scratch: Project, opts: BumpOptions, old_pin: Pin, new_pin: Pin,
             progress: ProgressSink) -> BumpResult:
     found: dict[str, object] = {}
+    records: tuple[DropRecord, ...] = ()
     try:
-        found[REBASE] = _rebase(scratch, opts, progress)
+        found[REBASE], records = _rebase(scratch, opts, progress)
         new_pin = load_pin(scratch.pin_file)
         found[BUILD] = _build(scratch, opts, progress)
         found[SWEEP] = _sweep(scratch, opts, progress)
@@ -264,7 +286,7 @@ def _stages(scratch: Project, opts: BumpOptions, old_pin: Pin, new_pin: Pin,
     except _Failed as f:
         found[f.stage] = f.found
         return BumpResult(old_pin, new_pin, f.stage, f.failure, f.reason, f.patches, **_reports(found))
-    return BumpResult(old_pin, new_pin, **_reports(found))
+    return BumpResult(old_pin, new_pin, records=records, **_reports(found))
 
 
 def _reports(found: dict[str, object]) -> dict:
@@ -288,7 +310,10 @@ def _stage_error(stage: str, e: PatchsetError) -> _Failed:
     raise e
 
 
-def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> RebaseReport:
+def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
+            ) -> tuple[RebaseReport, tuple[DropRecord, ...]]:
+    """The series rebased in the scratch project, less the patches upstream fixed (with
+    `--drop-fixed`, recorded in its `patches/dropped`; without it they stop the bump)."""
     try:
         apply(scratch, progress=progress)
     except StoppedOnConflict as e:
@@ -296,12 +321,81 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> Reba
                                         "and resolve it there first", (e.info.name,)) from e
     # onto the pinned commit itself (a check after `patchset rebase`): the pin as it is, tag and all
     same = opts.onto == load_pin(scratch.pin_file).commit
+    onto = str(scratch.pin_file) if same else _absolute(opts.onto)
     try:
-        result = rebase(scratch, str(scratch.pin_file) if same else _absolute(opts.onto))
+        # before anything moves: each patch's own test on the new upstream without the fix, and patch-ids
+        checked = dry_run_rebase(scratch, onto, checker(scratch, opts.backend, progress, opts.jobs, opts.timeout_s))
+    except PatchsetError as e:
+        raise _stage_error(REBASE, e) from e
+    ids = {name: pid for pid, name in droplog.series_patch_ids(load_series(scratch.patches_dir)).items()}
+    partly = [p for p in checked.patches if p.fix and p.fix.verdict == PARTLY_FIXED]
+    drops = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in checked.patches
+             if p not in partly and _fixed(p)]
+    if partly or (drops and not opts.drop_fixed):
+        raise _Failed(REBASE, FIXED, fixed_advice(partly, drops, opts), tuple(p.patch for p in partly)
+                      + tuple(d.patch for d in drops), found=checked)
+    try:
+        result = rebase(scratch, onto, leave_out=frozenset(d.patch for d in drops))
     except StoppedOnConflict as e:
-        raise _Failed(REBASE, CONFLICT, conflict_advice(e.info, opts.onto), (e.info.name,)) from e
+        raise _Failed(REBASE, CONFLICT, conflict_advice(e.info, opts.onto), (e.info.name,), found=checked) from e
     assert result.report is not None
-    return result.report
+    rows = {p.patch: p for p in checked.patches}
+    # the sequencer's own finding that upstream has a patch (where the dry run said 3-way)
+    later = [_record(dataclasses.replace(rows[n], outcome=dryrun.UPSTREAM), ids.get(n, ""), checked.new_commit)
+             for n in result.dropped]
+    if later and not opts.drop_fixed:
+        raise _Failed(REBASE, FIXED, fixed_advice([], later, opts), tuple(r.patch for r in later), found=checked)
+    records = (*drops, *later)
+    if records:
+        droplog.append(scratch.patches_dir, list(records))
+    # the table: every patch of the old series, with its upstream verdict; those left out `dropped`
+    done, left = {p.patch: p for p in result.report.patches}, {r.patch for r in records}
+    table = tuple(dataclasses.replace(done.get(p.patch, p), merged_as=p.merged_as, fix=p.fix,
+                                      outcome=DROPPED if p.patch in left else done[p.patch].outcome)
+                  for p in checked.patches)
+    return dataclasses.replace(result.report, patches=table), records
+
+
+def _fixed(p: PatchReport) -> bool:
+    """Did upstream fix it? Its own test passes without the fix; or upstream has its diff (its
+    patch-id, or it applies in reverse) and its test does not say the bug is still there."""
+    verdict = p.fix.verdict if p.fix else ""
+    return (verdict == FIXED_VERDICT or p.outcome == dryrun.UPSTREAM
+            or (bool(p.merged_as) and verdict != NOT_FIXED))
+
+
+def _record(p: PatchReport, patch_id: str, new_commit: str) -> DropRecord:
+    """What `patches/dropped` says of a patch upstream fixed."""
+    test = ""
+    if p.fix:
+        test = (f"now passing without the fix: {', '.join(p.fix.now_passing)}; " if p.fix.now_passing else "") \
+            + p.fix.evidence
+    if p.fix and p.fix.verdict == FIXED_VERDICT:
+        why, evidence = droplog.FIXED_UPSTREAM, test
+        if p.merged_as:
+            evidence += f"; upstream commit {p.merged_as} has its patch-id"
+    else:
+        why, evidence = ((droplog.MERGED, f"upstream commit {p.merged_as} has its patch-id {patch_id}") if p.merged_as
+                         else (droplog.ALREADY_UPSTREAM, "its diff applies in reverse on the new upstream"))
+        if p.fix:
+            evidence += f"; its test: {p.fix.verdict}: {test}"
+    return DropRecord(p.patch, patch_id, p.merged_as or new_commit, why, evidence)
+
+
+def fixed_advice(partly: list[PatchReport], drops: list[DropRecord], opts: BumpOptions) -> str:
+    """Why the bump stops on patches upstream fixed, each with its evidence, and what to do."""
+    said = [f"{p.patch}: partly fixed upstream, still failing: {', '.join(p.fix.still_failing)}"
+            + (f"; now passing: {', '.join(p.fix.now_passing)}" if p.fix.now_passing else "")
+            for p in partly if p.fix]
+    said += [f"{d.patch}: {d.why} ({d.evidence})" for d in drops]
+    todo = []
+    if partly:
+        todo.append("a patch fixed in part needs a person: keep only what is left of it (the cases still "
+                    "failing) with `patchset rebase --onto` in the project, or drop it by hand")
+    if drops and not opts.drop_fixed:
+        todo.append(f"`patchset bump --onto {opts.onto} --drop-fixed` leaves out the patches upstream fixed and "
+                    "records each in patches/dropped")
+    return "upstream fixed " + "; ".join(said) + ". Nothing was changed; " + "; ".join(todo)
 
 
 def conflict_advice(info: ConflictInfo, onto: str) -> str:
@@ -371,17 +465,20 @@ def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> veri
 
 
 # -- the switch ---------------------------------------------------------------------------------------
-def _switch(project: Project, scratch: Project, new_pin: Pin, move_work: bool) -> None:
+def _switch(project: Project, scratch: Project, old_pin: Pin, new_pin: Pin, move_work: bool) -> None:
     """patches/ and the pin from the scratch project, then the work repository, through the
-    journal (see the module docstring)."""
+    journal (see the module docstring). The work repository's `patched` as it was is kept under
+    rebase's recovery ref (`refs/patchset/before-<old>`), named in the journal so that a rerun
+    after a kill sets it to the same commit."""
     staged = _staged(project)
     for leftover in (staged, _retired(project)):
         if leftover.exists():
             shutil.rmtree(leftover)
     shutil.copytree(scratch.patches_dir, staged, symlinks=True)
+    before = [before_ref(old_pin), WorkRepo(project.work_repo).head()] if move_work else None
     atomic_write_text(journal_file(project), json.dumps(
         {"pin_file": str(project.pin_file), "patches": str(project.patches_dir), "pin": dump_pin(new_pin),
-         "commit": new_pin.commit, "work": move_work}, indent=1) + "\n")
+         "commit": new_pin.commit, "work": move_work, "before": before}, indent=1) + "\n")
     _roll_forward(project)
 
 
@@ -414,7 +511,7 @@ def _roll_forward(project: Project) -> None:
     work, scratch_work = WorkRepo(project.work_repo), WorkRepo(scratch_project(project).work_repo)
     if data.get("work") and work.exists() and scratch_work.exists():
         ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
-        _move_work_repo(project, work, scratch_work, load_pin(project.pin_file))
+        _move_work_repo(project, work, scratch_work, load_pin(project.pin_file), data.get("before"))
     _keep_evidence(project)
     journal.unlink()
 
@@ -429,9 +526,13 @@ def _keep_evidence(project: Project) -> None:
             evidence.write(project.evidence_dir, found)
 
 
-def _move_work_repo(project: Project, work: WorkRepo, scratch_work: WorkRepo, new_pin: Pin) -> None:
+def _move_work_repo(project: Project, work: WorkRepo, scratch_work: WorkRepo, new_pin: Pin,
+                    before: list[str] | None = None) -> None:
     """`patched` and `upstream` of the project's work repository where the scratch one has them,
-    as `rebase` leaves them (state, fingerprint, pin ref)."""
+    as `rebase` leaves them (state, fingerprint, pin ref); `before`: (the recovery ref, the commit
+    it keeps)."""
+    if before:
+        work.git.update_ref(before[0], before[1], f"patchset: before bump onto {new_pin.commit}")
     fetched = upstream.fetch(project.cache_dir, new_pin)
     work.borrow_from(fetched.repo)
     head = scratch_work.git.out("rev-parse", f"refs/heads/{PATCHED}")
@@ -467,10 +568,20 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
     if r.rebase is None:
         lines.append("(did not finish)" if r.failed_stage == REBASE else "(not run)")
     else:
-        lines += ["| # | patch | outcome |", "| --- | --- | --- |"]
-        lines += [f"| {i} | {p.patch} | {p.outcome} |" for i, p in enumerate(r.rebase.patches, 1)]
-        if r.dropped:
-            lines += ["", f"Dropped as already upstream: {', '.join(r.dropped)}"]
+        lines += ["| # | patch | outcome | upstream |", "| --- | --- | --- | --- |"]
+        lines += [f"| {i} | {p.patch} | {p.outcome} | {_upstream_cell(p)} |" for i, p in enumerate(r.rebase.patches, 1)]
+        evidence = [f"- {p.patch}: {p.fix.evidence}" for p in r.rebase.patches if p.fix and p.fix.evidence]
+        lines += ["", *evidence] if evidence else []
+        if r.records:
+            lines += ["", f"Dropped with --drop-fixed, each recorded in patches/{droplog.NAME}:", ""]
+            lines += [f"- {d.patch}: {d.why} in {d.commit} ({d.evidence})" for d in r.records]
+        if r.rebase.range_diff:
+            lines += ["", "### What each patch became (git range-diff, old series .. new)", "", "```",
+                      r.rebase.range_diff.rstrip("\n"), "```"]
+        if r.rebase.recovery_ref:
+            lines += ["", f"The series as it was: `{r.rebase.recovery_ref}` in the work repository. The way back "
+                      "(docs/upstream.md): check out the fork's commit before the bump "
+                      "(`git checkout REV -- upstream/llama.cpp.toml patches`), then `patchset apply --force`."]
     lines += ["", "## Build", ""]
     if r.build is None:
         lines.append("(not run)" if r.failed_stage != BUILD else f"failed: {r.reason}")
@@ -495,3 +606,11 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
         lines += ["| patch | backend | outcome | reason |", "| --- | --- | --- | --- |"]
         lines += [f"| {v.patch} | {v.backend} | {v.outcome} | {v.reason} |" for v in r.verify.verdicts]
     return "\n".join(lines) + "\n"
+
+
+def _upstream_cell(p: PatchReport) -> str:
+    """The rebase table's upstream column: the patch's own test's verdict, and a patch-id match."""
+    words = [p.fix.verdict + (f" (still failing: {', '.join(p.fix.still_failing)})"
+                              if p.fix.still_failing and p.fix.verdict == PARTLY_FIXED else "")] if p.fix else []
+    words += [f"merged as {p.merged_as[:12]}"] if p.merged_as else []
+    return "; ".join(words) or "-"

@@ -374,17 +374,17 @@ def merged_as(git: GitRepo, old: str, new: str, mails: list[Path]) -> dict[str, 
     r = git.run("log", "-p", "--no-color", "--no-renames", "--format=commit %H", new, "--not", old, check=False)
     if r.returncode != 0 or not r.stdout:
         return {}
-    ids = _patch_ids(r.stdout)
+    ids = patch_ids(r.stdout)
     found: dict[str, str] = {}
     for mail in mails:
-        mine = _patch_ids(mail.read_text(encoding="utf-8", errors="replace"))
+        mine = patch_ids(mail.read_text(encoding="utf-8", errors="replace"))
         for pid in mine:
             if pid in ids:
                 found[mail.name] = ids[pid]
     return found
 
 
-def _patch_ids(text: str) -> dict[str, str]:
+def patch_ids(text: str) -> dict[str, str]:
     """patch-id -> the commit (or mail) it was read from, by `git patch-id --stable`."""
     r = proc.run(["git", "patch-id", "--stable"], input_text=text, env=ISOLATED)
     out: dict[str, str] = {}

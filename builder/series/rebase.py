@@ -98,9 +98,11 @@ def target_pin(current: Pin, onto: str) -> Pin:
     return dataclasses.replace(current, commit=onto, tag="", date="", tree="", tree_note="", sources=gits)
 
 
-def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseResult:
+def rebase(project: Project, onto: str, check: Check | None = None,
+           leave_out: frozenset[str] = frozenset()) -> RebaseResult:
     """Move the series; with `check`, a dry run with it first (nothing moved yet) gives each row of
-    the table its upstream verdict."""
+    the table its upstream verdict. The patches named in `leave_out` are not carried to the new
+    upstream (`bump --drop-fixed`: upstream fixed them); the range-diff shows them gone."""
     with project_lock(project.lock_file):
         old_pin = load_pin(project.pin_file)
         new_pin = target_pin(old_pin, onto)
@@ -124,15 +126,21 @@ def rebase(project: Project, onto: str, check: Check | None = None) -> RebaseRes
             note = f"Tree of commit {new_pin.commit} as fetched from {fetched.source}."
             new_pin = dataclasses.replace(new_pin, tree=fetched.tree, tree_note=note)
         old_base = work.git.out("rev-parse", UPSTREAM)
-        mails = [(f"{i:04d}.patch", data) for i, (_, data) in
-                 enumerate(format_mails(work.git, f"{UPSTREAM}..{PATCHED}"), 1)]
+        unknown = sorted(leave_out - {p.name for p in series.patches})
+        if unknown:
+            raise InputError(f"not in the series, so not to leave out: {', '.join(unknown)}")
+        # the series' mails in order, less those left out (the commits of `patched` are the series':
+        # unsaved work was refused above)
+        kept = [(p.name, data) for p, (_, data) in zip(series.patches, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"),
+                                                      strict=True) if p.name not in leave_out]
+        mails = [(f"{i:04d}.patch", data) for i, (_, data) in enumerate(kept, 1)]
         alternates = work.path / ".git" / "objects" / "info" / "alternates"
         want = str((fetched.repo / "objects").resolve())
         if want not in alternates.read_text():
             alternates.write_text(alternates.read_text() + want + "\n")
         merge_shallow(fetched.repo, work.path / ".git")
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
-                       names=[p.name for p in series.patches], new_pin_toml=dump_pin(new_pin),
+                       names=[name for name, _ in kept], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
         # the way back, whatever happens next (docs/upstream.md): the series as it was, on its old base
         if op.pre_head:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from builder.project import Project
+from builder.series import dropped
+from builder.series.dropped import DropRecord
 from builder.series.model import lint
 from builder.series.refresh import current_mails, format_key
 from builder.series.workrepo import PATCHED, UPSTREAM, State, WorkRepo
@@ -43,6 +45,8 @@ class Status:
     extra_commits: int
     """Commits on `patched` beyond the series (not yet refreshed)."""
     problems: tuple[str, ...]
+    dropped: tuple[DropRecord, ...] = ()
+    """The patches `bump --drop-fixed` took out of the series (`patches/dropped`), oldest first."""
 
 
 def status(project: Project) -> Status:
@@ -53,7 +57,8 @@ def status(project: Project) -> Status:
     commits: list[str] = []
     branch, clean, op = None, True, None
     state = State()
-    problems = [str(f) for f in findings]
+    records, bad_records = dropped.parse(dropped.log_file(project.patches_dir))
+    problems = [str(f) for f in findings + bad_records]
     gone = work.missing_borrowed() if work.exists() else []
     if gone:
         # the patches' diffs need the upstream objects: status says so instead of failing
@@ -83,5 +88,5 @@ def status(project: Project) -> Status:
         pin=pin, verified=fetched is not None, source=fetched.source if fetched else "",
         work_repo=str(work.path), branch=branch, work_tree_clean=clean, operation=op,
         patches=tuple(rows), extra_commits=max(0, len(commits) - len(series.patches)),
-        problems=tuple(problems),
+        problems=tuple(problems), dropped=tuple(r for _, r in records),
     )

@@ -4,10 +4,8 @@ and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked i
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from helpers import copy_real_project
 
 from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.gitrepo import GitRepo
@@ -22,8 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
+def project(real_project: Project) -> Project:
+    """The session's copy of the real project (conftest.py): the replay module builds the same trees."""
+    return real_project
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, make_project, make_upstream
+from helpers import Proj, Upstream, copy_real_project, make_project, make_upstream
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
+from builder.project import Project
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
@@ -92,8 +93,8 @@ def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     place with the same flags compiles from the cache (a project put back as it was, a verify run
     again). Set PATCHSET_TEST_CCACHE to a folder to keep it between runs.
 
-    No CCACHE_BASEDIR: it makes the compiler print relative paths, and verify then reads a test
-    file's compile error as one outside the test files ('build failed', not 'build-fails').
+    No CCACHE_BASEDIR for the session (the default: the compiler sees absolute paths); the real-tree
+    modules set one around their own builds (helpers.compiles_relative_to), as a user may.
     """
     keep = os.environ.get("PATCHSET_TEST_CCACHE")
     ccache = Path(keep) if keep else tmp_path_factory.mktemp("ccache")
@@ -152,3 +153,16 @@ def real_pin_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield cache
     if not keep:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def real_project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """This checkout's pin and series on the real pin, one copy for the session's modules that build it.
+
+    ccache keys a compile by its command line and preprocessed source, which name the source file
+    by its absolute path (relative to the build folder under CCACHE_BASEDIR): in one copy the replay
+    builds (test_integration_replay.py) take ggml, test-backend-ops and test-opt from the CPU builds of
+    the same trees (test_integration_build.py), and verify's after tree is the patched tree already
+    applied. Each module still runs alone: the first test that needs a build or a verify makes it.
+    """
+    return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)

@@ -4,10 +4,10 @@ and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked i
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from helpers import copy_real_project
+from helpers import compiles_relative_to
 
 from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.gitrepo import GitRepo
@@ -22,8 +22,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
+def project(real_project: Project) -> Iterator[Project]:
+    """The session's copy of the real project (conftest.py): the replay module builds the same trees."""
+    with compiles_relative_to(real_project.root):
+        yield real_project
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import copy_real_project
+from helpers import compiles_relative_to
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.build.replay import read_trace
 from builder.gitrepo import GitRepo
-from builder.pipeline import run_tests
+from builder.pipeline import build_dir, run_tests
 from builder.project import Project
+from builder.prove.trees import checkout_detached
 from builder.prove.verify import PROVEN, verify
 from builder.series.apply import apply
 from builder.series.model import Patch, load_series
@@ -38,8 +40,11 @@ def acc_set_patch(patches_dir: Path) -> Patch:
 
 
 @pytest.fixture(scope="module")
-def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    return copy_real_project(tmp_path_factory.mktemp("replay-project"), real_pin_cache)
+def project(real_project: Project) -> Iterator[Project]:
+    """The session's copy of the real project (conftest.py): after test_integration_build.py, ggml-cpu and the
+    test programs of the patched tree and of the pin come from the compiler cache."""
+    with compiles_relative_to(real_project.root):
+        yield real_project
 
 
 def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> None:
@@ -122,11 +127,14 @@ def test_a_failed_lookup_fails_only_its_own_graph(project: Project, tmp_path: Pa
 
 
 def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_path: Path) -> None:
+    apply(project)  # a no-op after the other tests here; this one also runs alone
     work = GitRepo(project.work_repo)
-    pin_src = tmp_path / "pin"
-    work.run("worktree", "add", "--detach", str(pin_src), "upstream")
+    # the pin where `patchset sweep` checks it out (its CPU build compiled the same files there: the compiler
+    # cache has them), built in a folder of its own (the patched tree's stays as the other tests left it)
+    pin_src = project.state_dir / "against" / "upstream"
+    checkout_detached(work, pin_src, work.out("rev-parse", "upstream^{commit}"))
     try:
-        spec = buildmod.BuildSpec(source=pin_src, build_dir=project.build_root / "metal-replay-minimal",
+        spec = buildmod.BuildSpec(source=pin_src, build_dir=build_dir(project, "metal-replay", "against-upstream"),
                                   backend="metal-replay", programs=("test-backend-ops",), jobs=2)
         result = buildmod.build(spec)
         assert result.ok, f"{result.first_error} (log {result.log})"

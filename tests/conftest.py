@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, make_project, make_upstream
+from helpers import Proj, Upstream, copy_real_project, make_project, make_upstream
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
+from builder.project import Project
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
@@ -152,3 +153,12 @@ def real_pin_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield cache
     if not keep:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def real_replay_project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """The real pin and series in one project for the modules that build the Metal replay: verify's proof of
+    patch 5 (test_integration_replay) and the fixed-upstream check (test_integration_fixed_upstream) build in
+    the same folders (`.patchset/verify/src`, `verify-metal-replay-minimal`), so whichever module comes second
+    recompiles the files that differ instead of ggml and test-backend-ops again."""
+    return copy_real_project(tmp_path_factory.mktemp("replay-project"), real_pin_cache)

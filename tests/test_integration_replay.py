@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import copy_real_project
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
@@ -38,8 +37,8 @@ def acc_set_patch(patches_dir: Path) -> Patch:
 
 
 @pytest.fixture(scope="module")
-def project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    return copy_real_project(tmp_path_factory.mktemp("replay-project"), real_pin_cache)
+def project(real_replay_project: Project) -> Project:
+    return real_replay_project
 
 
 def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> None:

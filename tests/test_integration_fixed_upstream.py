@@ -41,24 +41,27 @@ SET_CASES = [
 
 @pytest.fixture(scope="module")
 def moved(real_replay_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
-          ) -> tuple[Path, Path, Path]:
-    """(project folder, pin of upstream with the ACC fix, pin of upstream with the ACC and SET fixes)."""
+          ) -> tuple[Path, Path, Path, Path]:
+    """(project folder, pin of upstream with the ACC fix, pin of upstream with the ACC and SET fixes, pin of
+    upstream with a commit that touches none of our bugs)."""
     if "metal-replay" not in available_backends():
         pytest.skip("the host-side Metal replay needs a C++ compiler")
     base = tmp_path_factory.mktemp("fixed-upstream")
     acc, both = real_pin_moved_on(real_pin_cache, base / "upstream", [UPSTREAM_FIXES / "metal-acc-wide-rows.patch",
                                                                        UPSTREAM_FIXES / "metal-set-wide-rows.patch"])
-    return real_replay_project.root, acc, both
+    (unrelated,) = real_pin_moved_on(real_pin_cache, base / "unrelated", [UPSTREAM_FIXES / "readme-unrelated.patch"])
+    return real_replay_project.root, acc, both, unrelated
 
 
-def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, dict]:
+def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extra: str, rc: int = 3,
+            ) -> dict[str, dict]:
     """The `--json` rows of `rebase --dry-run --fixed-upstream`, by patch number."""
-    rc = main(["--project", str(project), "rebase", "--onto", str(onto), "--dry-run", "--fixed-upstream", "--json",
+    got_rc = main(["--project", str(project), "rebase", "--onto", str(onto), "--dry-run", "--fixed-upstream", "--json",
                *extra])
     captured = capsys.readouterr()
     assert captured.out, captured.err
     rows = {r["patch"][:4]: r for r in json.loads(captured.out)["patches"]}
-    assert rc == 3  # patch 5's diff no longer applies: upstream changed its lines
+    assert got_rc == rc  # 3: patch 5's diff no longer applies, upstream changed its lines
     return rows
 
 
@@ -68,10 +71,10 @@ def verdicts(rows: dict[str, dict]) -> dict[str, tuple[str, str, list[str], list
 
 
 def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
-        moved: tuple[Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every backend as by default: each patch on the first backend of its proof that this machine has."""
-    project, _acc, both = moved
+    project, _acc, both, _unrelated = moved
     monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
 
     rows = dry_run(project, both, capsys)
@@ -94,10 +97,10 @@ def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
 
 
 def test_upstream_fixing_acc_only_is_partly_fixed_with_the_set_cases_left(
-        moved: tuple[Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On the replay only (`--backend`): the patches whose proof runs elsewhere say so."""
-    project, acc, _both = moved
+    project, acc, _both, _unrelated = moved
     monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
 
     rows = dry_run(project, acc, capsys, "--backend", "metal-replay")
@@ -107,3 +110,17 @@ def test_upstream_fixing_acc_only_is_partly_fixed_with_the_set_cases_left(
     for k in ("0002", "0003"):
         assert got[k] == ("clean", CANNOT_TELL, [], [])
         assert rows[k]["fixed_upstream"]["evidence"] == "the proof runs on cpu, cuda, not on metal-replay"
+
+
+def test_upstream_moving_on_without_touching_the_bug_is_not_fixed(
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A README commit: every patch still applies, and patch 5's wide cases all still fail without its fix."""
+    project, _acc, _both, unrelated = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
+
+    rows = dry_run(project, unrelated, capsys, "--backend", "metal-replay", rc=0)
+
+    outcome, verdict, still, passing = verdicts(rows)["0005"]
+    assert (outcome, verdict, passing) == ("clean", NOT_FIXED, [])
+    assert sorted(still) == sorted(ACC_CASES + SET_CASES)

@@ -18,9 +18,11 @@ import pytest
 
 from builder.build import metalcheck
 from builder.errors import BuildError
-from builder.gitrepo import GitRepo
+from builder.gitrepo import GitRepo, init_repo
 from builder.project import Project, load_project
 from builder.series.refresh import format_mails, write_series
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 # -- the tiny C project that stands in for llama.cpp ---------------------------------------------
 A_C = """\
@@ -428,3 +430,36 @@ def compiles_relative_to(root: Path) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CCACHE_BASEDIR", str(root))
         yield
+
+
+UPSTREAM_FIXES = Path(__file__).resolve().parent / "data" / "fixed-upstream"
+"""Upstream's own fixes of our bugs on the real pin (not our diffs), one mail each."""
+
+
+def real_pin_moved_on(cache: Path, dest: Path, mails: list[Path]) -> list[Path]:
+    """Upstream moving on from the real pin: each of `mails` committed on the commit before (the first on
+    the pin's commit in `cache`), in a bare repository at `dest` that borrows the cache's objects. Returns,
+    per commit, a pin file that names it, with that repository as its git source (for `rebase --onto`)."""
+    pin = load_pin(REPO_ROOT / "upstream" / "llama.cpp.toml")
+    fetched = upstream.fetch(cache, pin)
+    repo = init_repo(dest / "upstream.git", bare=True)
+    (repo.path / "objects" / "info" / "alternates").write_text(f"{(fetched.repo / 'objects').resolve()}\n")
+    index = {"GIT_INDEX_FILE": str(dest / "index")}
+    who = {f"GIT_{role}_{what}": value for role in ("AUTHOR", "COMMITTER")
+           for what, value in (("NAME", "upstream"), ("EMAIL", "upstream@invalid"),
+                               ("DATE", "2026-10-02T12:00:00+00:00"))}
+    commit = fetched.commit
+    pins = []
+    for i, mail in enumerate(mails, 1):
+        repo.run("read-tree", commit, env=index)
+        repo.run("apply", "--cached", str(mail), env=index)
+        tree = repo.out("write-tree", env=index)
+        subject = next(line for line in mail.read_text().splitlines() if line.startswith("Subject: "))
+        commit = repo.out("commit-tree", tree, "-p", commit, "-m", subject.removeprefix("Subject: "),
+                          env={**index, **who})
+        repo.update_ref(f"refs/heads/up-{i}", commit)
+        pin_file = dest / f"up-{i}.toml"
+        pin_file.write_text(pin_toml(commit, tree, [{"kind": "git", "url": repo.path.as_uri()}],
+                                     repository=pin.repository, tag=None, date="2026-10-02"))
+        pins.append(pin_file)
+    return pins

@@ -31,7 +31,7 @@ from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove.fixed_upstream import checker
-from builder.prove.verify import available_backends
+from builder.prove.verify import available_backends, verify
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
 from builder.series.rebase import dry_run_rebase, rebase, skip_rebase
@@ -177,6 +177,37 @@ def test_each_patch_gets_the_verdict_of_its_own_test(moved: tuple[Path, Path, di
     assert "partly fixed upstream" in out and "merged as " + commits["merged"][:12] in out
 
 
+
+def test_the_check_builds_in_verify_s_folders_and_verify_still_holds(
+        moved: tuple[Path, Path, dict[str, str]], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check switches verify's worktree and build folder to its own trees (the old pin's tree of a
+    patch is verify's before tree): exactly its trees, nothing verify left there, and verify afterwards
+    checks its own trees out again and says what it said before."""
+    project_dir, cache, commits = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(cache))
+    project = load_project(root=project_dir, cache_dir=cache)
+    first = verify(project, backends=["cpu"])
+    src = project.state_dir / "verify" / "src"
+    stray = src / "tests" / "test-left-by-verify.cpp"
+    stray.write_text("#error not part of any tree the check builds\n")
+
+    report = dry_run_rebase(project, commits["new"], checker(project, "cpu"))
+
+    assert {p.patch.split("-", 1)[1].removesuffix(".patch"): p.fix.verdict if p.fix else None
+            for p in report.patches} == {"calc-fix-add": FIXED, "calc-fix-negate": FIXED, "calc-fix-mul": FIXED,
+                                         "calc-fix-clamp": PARTLY_FIXED, "calc-fix-neg": NOT_FIXED,
+                                         "calc-fix-abs": CANNOT_TELL}
+    assert not stray.exists()
+    assert not (project.build_root / "upstream-check-cpu-minimal").exists()
+    assert GitRepo(src).is_dirty()  # verify's worktree holds the check's last tree now
+
+    again = verify(project, backends=["cpu"], reuse=False)
+
+    assert [(v.patch, v.outcome) for v in again.verdicts] == [(v.patch, v.outcome) for v in first.verdicts]
+    assert not GitRepo(src).is_dirty()
+
+
 def _missing_backend() -> str:
     missing = next((b for b in ("metal", "cuda") if b not in available_backends()), None)
     if missing is None:
@@ -197,7 +228,7 @@ def test_a_backend_not_here_cannot_tell_and_the_rebase_table_carries_it(proj: Pr
     rows = json.loads(result.report_file.read_text())["patches"]
     assert [(r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["evidence"]) for r in rows] == [
         ("clean", CANNOT_TELL, f"backend {missing} is not on this machine")] * 3
-    assert not (proj.project.build_root / f"upstream-check-{missing}-minimal").exists()
+    assert not (proj.project.build_root / f"verify-{missing}-minimal").exists()
 
 
 def test_pins_from_source_archives_have_no_history_to_compare(tmp_path: Path, cache_dir: Path) -> None:

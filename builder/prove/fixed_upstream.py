@@ -14,17 +14,19 @@ the patch's tests on it:
 - the test part does not apply or does not build there, the test checks nothing, or the backend
   is not on this machine: `cannot tell`, with why.
 
-The trees are checked out one after another into one source folder
-(`.patchset/upstream-check/src`, switched with `read-tree -u`, which rewrites only the files that
-differ) and built in one build folder per backend (`.patchset/build/upstream-check-<backend>-minimal`),
-so neighbouring trees recompile only the files that differ. Verify's
-own build folders are not used: CMake binds a build folder to one source folder, and switching
-verify's between its trees and these would rebuild both every time.
+The trees are checked out one after another into verify's own source folder (`.patchset/verify/src`,
+switched with `read-tree -u`, which rewrites only the files that differ) and built in verify's build
+folder of the backend (`.patchset/build/verify-<backend>-minimal`): the old pin's tree of a patch is
+exactly verify's before tree, and the new one differs from it only where upstream moved, so after a
+verify (or a check) only those files recompile. A CMake build folder is bound to one source folder: with
+a folder of its own the check compiled every file once more after a verify, and ccache could not help
+(the absolute source paths differ in what it hashes; `benchmarks/fixed_upstream.py` measures both).
+Verify finds its worktree changed and checks its own tree out again (`trees.checkout_detached`), which
+also rewrites only the files that differ.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +70,8 @@ class _Checker:
         self.project, self.backend, self.progress, self.jobs, self.timeout = project, backend, progress, jobs, timeout
         self.moved = moved
         self.root = project.state_dir / "upstream-check"
-        self.src = self.root / "src"
+        self.src = project.state_dir / "verify" / "src"
+        """Verify's worktree (see the module docstring); this check's own index says what it last wrote there."""
         self.index = self.root / "index"
         self.here = available_backends()
         self._runs: dict[tuple[str, str, str], _Run] = {}
@@ -163,13 +166,17 @@ class _Checker:
         """Make `src` hold exactly `tree`: only the files that differ are rewritten."""
         git = self.moved.git
         env = {"GIT_INDEX_FILE": str(self.index)}
+        work = f"--work-tree={self.src}"
         self.src.mkdir(parents=True, exist_ok=True)
-        r = git.run(f"--work-tree={self.src}", "read-tree", "--reset", "-u", tree, env=env, check=False)
-        if r.returncode != 0:  # an index of another run that git cannot read: start again from nothing
+        self.index.parent.mkdir(parents=True, exist_ok=True)
+        if git.run(work, "read-tree", "--reset", "-u", tree, env=env, check=False).returncode != 0:
+            # an index of another run that git cannot read: write every file again
             self.index.unlink(missing_ok=True)
-            shutil.rmtree(self.src, ignore_errors=True)
-            self.src.mkdir(parents=True)
-            git.run(f"--work-tree={self.src}", "read-tree", "--reset", "-u", tree, env=env)
+            git.run(work, "read-tree", "--reset", "-u", tree, env=env)
+        # files of a tree verify checked out there that this one lacks: not in this index, so left behind
+        others = git.run(work, "ls-files", "-z", "--others", env=env).stdout
+        for rel in filter(None, others.split("\0")):
+            (self.src / rel).unlink(missing_ok=True)
 
     def _run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
         key = (patch.name, backend, tree)
@@ -181,7 +188,7 @@ class _Checker:
         self._checkout(tree)
         programs = tuple(dict.fromkeys(t.program for t in tests))
         spec = buildmod.BuildSpec(source=self.src, build_dir=self.project.build_root /
-                                  f"upstream-check-{backend}-minimal", backend=backend, targets="minimal",
+                                  f"verify-{backend}-minimal", backend=backend, targets="minimal",
                                   programs=programs, build_targets=programs, jobs=self.jobs)
         self.progress.begin(f"{patch.name} [{backend}] {kind} upstream, without the fix: building", None)
         result = buildmod.build(spec)

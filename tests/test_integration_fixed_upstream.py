@@ -1,0 +1,134 @@
+"""`rebase --dry-run --fixed-upstream` on the real pin and series (issue 23): upstream moves on with its own
+fix of patch 5's bug (the Metal ACC and SET copy of src0 for wide rows), written differently from ours
+(tests/data/fixed-upstream: the hand-rolled dispatch covers every column block, no shared helper), first for
+ACC only, then for SET too. Patch 5's own test (`test-backend-ops test -o ACC,SET` on the host-side Metal
+replay) decides: partly fixed, with exactly the SET cases left, then fixed, while the text says conflict.
+
+Kept cheap (CI time): the check builds in verify's folders, and this module shares the session's project
+(`real_project`, conftest.py) with test_integration_build and test_integration_replay, compiling relative to
+it (CCACHE_BASEDIR), so the replay's ggml and test-backend-ops are built once for the modules; the
+replay builds only test-backend-ops, and each later tree recompiles ggml-metal-ops.cpp alone. Slow all
+the same (one cold build of the replay, whichever module comes first): marked integration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import UPSTREAM_FIXES, compiles_relative_to, real_pin_moved_on
+
+from builder.cli import main
+from builder.project import Project
+from builder.prove.verify import available_backends
+from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
+
+pytestmark = pytest.mark.integration
+
+# the cases patch 5 adds that fail without its fix on the replay (docs/evidence/metal-replay): the ACC ones and
+# the SET ones that copy src0 (not in place)
+ACC_CASES = [
+    "test-backend-ops ACC(type=f32,ne_a=[4096,2,1,1],ne_b=[1024,1,1,1],stride_dim=-1)",
+    "test-backend-ops ACC(type=f32,ne_a=[4096,3,1,1],ne_b=[4096,1,1,1],stride_dim=-1)",
+    "test-backend-ops ACC(type=f32,ne_a=[4096,1,2,1],ne_b=[2048,1,2,1],stride_dim=1)",
+]
+SET_CASES = [
+    "test-backend-ops SET(type_src=f32,type_dst=f32,ne=[2048,2,1,1],dim=1,inplace=0)",
+    "test-backend-ops SET(type_src=f32,type_dst=f32,ne=[2048,1,1,1],dim=2,inplace=0)",
+    "test-backend-ops SET(type_src=i32,type_dst=i32,ne=[2048,2,1,1],dim=1,inplace=0)",
+]
+
+
+@pytest.fixture(autouse=True)
+def _relative(real_project: Project) -> Iterator[None]:
+    with compiles_relative_to(real_project.root):
+        yield
+
+
+@pytest.fixture(scope="module")
+def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
+          ) -> tuple[Path, Path, Path, Path]:
+    """(project folder, pin of upstream with the ACC fix, pin of upstream with the ACC and SET fixes, pin of
+    upstream with a commit that touches none of our bugs)."""
+    if "metal-replay" not in available_backends():
+        pytest.skip("the host-side Metal replay needs a C++ compiler")
+    base = tmp_path_factory.mktemp("fixed-upstream")
+    acc, both = real_pin_moved_on(real_pin_cache, base / "upstream", [UPSTREAM_FIXES / "metal-acc-wide-rows.patch",
+                                                                       UPSTREAM_FIXES / "metal-set-wide-rows.patch"])
+    (unrelated,) = real_pin_moved_on(real_pin_cache, base / "unrelated", [UPSTREAM_FIXES / "readme-unrelated.patch"])
+    return real_project.root, acc, both, unrelated
+
+
+def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extra: str, rc: int = 3,
+            ) -> dict[str, dict]:
+    """The `--json` rows of `rebase --dry-run --fixed-upstream`, by patch number."""
+    got_rc = main(["--project", str(project), "rebase", "--onto", str(onto), "--dry-run", "--fixed-upstream", "--json",
+               *extra])
+    captured = capsys.readouterr()
+    assert captured.out, captured.err
+    rows = {r["patch"][:4]: r for r in json.loads(captured.out)["patches"]}
+    assert got_rc == rc  # 3: patch 5's diff no longer applies, upstream changed its lines
+    return rows
+
+
+def verdicts(rows: dict[str, dict]) -> dict[str, tuple[str, str, list[str], list[str]]]:
+    return {k: (r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["still_failing"],
+                r["fixed_upstream"]["now_passing"]) for k, r in rows.items()}
+
+
+def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every backend as by default: each patch on the first backend of its proof that this machine has."""
+    project, _acc, both, _unrelated = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
+
+    rows = dry_run(project, both, capsys)
+
+    got = verdicts(rows)
+    assert got["0005"] == ("conflict", FIXED, [], [])
+    assert "[metal-replay]" in rows["0005"]["fixed_upstream"]["evidence"]
+    # patches 2 and 3: their tests call what the fix adds (a status returned, a new scheduler function), so
+    # without the fix the test part does not compile, on the old pin as on this upstream (Patchset-Before:
+    # build-fails); upstream did not touch ggml-opt: not fixed, with the compiler's error in the test part
+    for k in ("0002", "0003"):
+        assert got[k] == ("clean", NOT_FIXED, [], []), rows[k]
+        assert "tests/test-opt.cpp:" in rows[k]["fixed_upstream"]["evidence"]
+    # no answer here, and why: patch 1 runs on Metal only; patch 4 fixes the test program itself
+    assert got["0001"][:2] == got["0004"][:2] == ("clean", CANNOT_TELL)
+    assert rows["0001"]["fixed_upstream"]["evidence"] == "backend metal is not on this machine"
+    assert "Patchset-Test-Paths: none" in rows["0004"]["fixed_upstream"]["evidence"]
+    # nothing left behind that leaves the machine with a local path
+    assert str(project) not in json.dumps(rows)
+
+
+def test_upstream_fixing_acc_only_is_partly_fixed_with_the_set_cases_left(
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the replay only (`--backend`): the patches whose proof runs elsewhere say so."""
+    project, acc, _both, _unrelated = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
+
+    rows = dry_run(project, acc, capsys, "--backend", "metal-replay")
+
+    got = verdicts(rows)
+    assert got["0005"] == ("conflict", PARTLY_FIXED, SET_CASES, ACC_CASES)
+    for k in ("0002", "0003"):
+        assert got[k] == ("clean", CANNOT_TELL, [], [])
+        assert rows[k]["fixed_upstream"]["evidence"] == "the proof runs on cpu, cuda, not on metal-replay"
+
+
+def test_upstream_moving_on_without_touching_the_bug_is_not_fixed(
+        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A README commit: every patch still applies, and patch 5's wide cases all still fail without its fix."""
+    project, _acc, _both, unrelated = moved
+    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
+
+    rows = dry_run(project, unrelated, capsys, "--backend", "metal-replay", rc=0)
+
+    outcome, verdict, still, passing = verdicts(rows)["0005"]
+    assert (outcome, verdict, passing) == ("clean", NOT_FIXED, [])
+    assert sorted(still) == sorted(ACC_CASES + SET_CASES)

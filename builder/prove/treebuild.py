@@ -25,15 +25,6 @@ from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
 
 
-def _needs_full(source: Path, program: str) -> bool:
-    """A test that includes llama's own headers cannot build against ggml alone."""
-    f = source / "tests" / f"{program}.cpp"
-    if not f.exists():
-        return False
-    text = f.read_text(errors="replace")
-    return '#include "llama' in text or '#include "common.h"' in text
-
-
 def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
     args = list(t.args)
     prof = buildmod.profile(backend)
@@ -89,19 +80,18 @@ class TreeBuilder:
             self.checkout(commit)
         src = self.work.path if reuse else self.src
         programs = tuple(dict.fromkeys(t.program for t in tests))
-        targets = "full" if any(_needs_full(src, p) for p in programs) else "minimal"
+        # the minimal build: a test that includes llama's headers gets libllama and llama-common there
         present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
-            source=src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
-            targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
+            source=src, build_dir=self.project.build_root / f"verify-{backend}-minimal", backend=backend,
+            targets="minimal", programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
         )
         if reuse:
             # the programs `patchset build` configured, less defaults a tree without them (a test's
             # mini-upstream) cannot configure
             mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
-            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
-                                       programs=mine if targets == "minimal" else present)
-        extra = self._shared_programs(commit, present) if targets == "minimal" and not reuse else ()
+            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-minimal", programs=mine)
+        extra = self._shared_programs(commit, present) if not reuse else ()
         self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
         used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
         result = buildmod.build(used)

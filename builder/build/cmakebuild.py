@@ -80,14 +80,19 @@ _TEST_SAFE = ("-DGGML_SCHED_NO_REALLOC=OFF", "-DLLAMA_SANITIZE_ADDRESS=OFF", "-D
 _FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
               "-DLLAMA_BUILD_UI=OFF")
 
-def links_llama(source: Path, program: str) -> bool:
-    """True when tests/<program>.cpp of `source` includes llama's or llama-common's headers: the minimal
-    build then builds libllama and llama-common for it (and for no other program)."""
-    f = source / "tests" / f"{program}.cpp"
-    if not f.exists():
-        return False
-    text = f.read_text(errors="replace")
+def includes_llama(text: str) -> bool:
+    """True when a test source includes llama's or llama-common's headers: the minimal build then
+    builds libllama and llama-common for that program (and for no other)."""
     return '#include "llama' in text or '#include "common.h"' in text
+
+
+LLAMA_PATHS = ("include", "src", "common", "vendor")
+"""The folders of the tree the minimal build reads for libllama and llama-common, besides ggml/."""
+
+
+def links_llama(source: Path, program: str) -> bool:
+    f = source / "tests" / f"{program}.cpp"
+    return f.exists() and includes_llama(f.read_text(errors="replace"))
 
 
 def harness_digest(backend: str) -> str:

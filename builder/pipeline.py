@@ -162,7 +162,9 @@ def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) ->
         # the programs of the tree being sliced, not of the checked-out one: `--ref upstream`
         # has none of the series' own test programs
         progs = tuple(p for p in programs_for_commit(git, commit, series))
-        paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs]
+        llama = tuple(p for p in progs
+                      if buildmod.includes_llama(git.out("cat-file", "blob", f"{commit}:tests/{p}.cpp")))
+        paths = ["ggml"] + [f"tests/{p}.cpp" for p in progs] + list(buildmod.LLAMA_PATHS if llama else ())
         # absolute: git runs in the work repository, where a relative path means something else
         out = (out or project.state_dir / f"slice-{commit[:12]}.tar.gz").resolve()
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,7 @@ def make_slice(project: Project, out: Path | None = None, ref: str = PATCHED) ->
         tmp = out.with_suffix(out.suffix + ".tmp")
         try:
             git.run("archive", "--format=tar", "-o", str(plain), commit, "--", *paths)
-            count = _write_slice(plain, tmp, commit, progs)
+            count = _write_slice(plain, tmp, commit, progs, llama)
             tmp.replace(out)
         finally:
             plain.unlink(missing_ok=True)
@@ -188,7 +190,7 @@ def programs_for_commit(git: GitRepo, commit: str, series: Series) -> tuple[str,
     return tuple(names)
 
 
-def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...]) -> int:
+def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...], llama: tuple[str, ...]) -> int:
     count = 0
     with tarfile.open(plain) as src, tarfile.open(tmp, "w:gz") as dst:
         for m in src.getmembers():
@@ -200,7 +202,8 @@ def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...]) ->
         dst.addfile(info, io.BytesIO(cm))
         readme = (f"patchset slice of {commit}\nprograms: {';'.join(progs)}\n"
                   f"build: cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=Release "
-                  f"-DPATCHSET_TESTS=\"{';'.join(progs)}\" [-DGGML_CUDA=ON] && cmake --build build\n").encode()
+                  f"-DPATCHSET_TESTS=\"{';'.join(progs)}\" -DPATCHSET_LLAMA_TESTS=\"{';'.join(llama)}\" "
+                  "[-DGGML_CUDA=ON] && cmake --build build\n").encode()
         info = tarfile.TarInfo("PATCHSET-SLICE.txt")
         info.size, info.mtime, info.mode = len(readme), int(time.time()), 0o644
         dst.addfile(info, io.BytesIO(readme))

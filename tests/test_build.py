@@ -66,6 +66,52 @@ def test_missing_test_program_fails_at_configure(tmp_path: Path) -> None:
     assert "test-nope" in r.log.read_text()
 
 
+LLAMA_FILES = {
+    "include/llama.h": "#pragma once\nint llama_calc(int);\n",
+    "src/CMakeLists.txt": ("llama_add_compile_flags()\nadd_library(llama STATIC llama.cpp)\n"
+                           "target_include_directories(llama PUBLIC ../include)\n"
+                           "target_link_libraries(llama PUBLIC ggml)\n"),
+    "vendor/CMakeLists.txt": "",
+    "common/CMakeLists.txt": ("llama_add_compile_flags()\nadd_library(llama-common STATIC common.cpp)\n"
+                              "target_include_directories(llama-common PUBLIC .)\n"
+                              "target_link_libraries(llama-common PUBLIC llama)\n"),
+    "common/common.h": "#pragma once\nint common_calc(int);\n",
+    "common/common.cpp": '#include "common.h"\n#include "llama.h"\nint common_calc(int x) { return llama_calc(x); }\n',
+    "tests/test-llama-calc.cpp": ('#include "common.h"\n#include "llama.h"\n#include <cstdio>\nint main() {'
+                                  ' printf("  calc(x=1): %s\\n", common_calc(1) == 2 ? "OK" : "FAIL"); }\n'),
+}
+LLAMA_CPP = '#include "llama.h"\n#include "calc.h"\nint llama_calc(int x) { return calc(x); }\n'
+
+
+def make_llama_tree(root: Path, llama_cpp: str = LLAMA_CPP) -> Path:
+    make_tree(root)
+    for rel, text in {**LLAMA_FILES, "src/llama.cpp": llama_cpp}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_libllama_is_built_only_for_a_test_that_includes_its_headers(tmp_path: Path) -> None:
+    tree = make_llama_tree(tmp_path / "tree")
+    ggml_only = build(spec(tree, tmp_path / "build"))
+    assert ggml_only.ok and (ggml_only.bin_dir / "test-calc").is_file()
+    assert not list((tmp_path / "build").rglob("libllama*"))
+    both = build(dataclasses.replace(spec(tree, tmp_path / "build"), programs=("test-calc", "test-llama-calc")))
+    assert both.ok, both.log.read_text()[-2000:]
+    assert [p.name for p in (tmp_path / "build").rglob("libllama.a")] == ["libllama.a"]
+    out = subprocess.run([str(both.bin_dir / "test-llama-calc")], capture_output=True, text=True, check=True)
+    assert out.stdout == "  calc(x=1): OK\n"
+
+
+def test_a_llama_function_that_falls_off_its_end_does_not_build(tmp_path: Path) -> None:
+    # a reverted hunk that drops a `return` must not build (and run on whatever the register held)
+    tree = make_llama_tree(tmp_path / "tree", LLAMA_CPP.replace("{ return calc(x); }", "{ calc(x); }"))
+    r = build(dataclasses.replace(spec(tree, tmp_path / "build"), programs=("test-llama-calc",)))
+    assert not r.ok
+    assert r.first_error is not None and r.first_error.file.endswith("src/llama.cpp")
+    assert "return-type" in r.first_error.message
+
+
 def test_first_error_reads_cmake_errors() -> None:
     log = "-- Configuring\nCMake Error at CMakeLists.txt:38 (message):\n  patchset: test program x missing\n"
     err = first_error(log)

@@ -4,12 +4,15 @@ and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked i
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from helpers import compiles_relative_to
 
 from builder.build.testrun import FAILED, PASSED, series_ops
+from builder.build.toolchain import find_tool
 from builder.gitrepo import GitRepo
 from builder.pipeline import run_build, run_tests
 from builder.project import Project
@@ -36,10 +39,21 @@ def built(project: Project):
 
 
 def test_minimal_build_has_the_test_programs(built) -> None:
-    for program in ("test-opt", "test-backend-ops"):
+    for program in ("test-opt", "test-backend-ops", "test-llama-archs"):
         assert (built.bin_dir / program).is_file()
-    # nothing of libllama: the minimal set builds ggml and the test programs only
-    assert not list(built.build_dir.rglob("libllama*"))
+    # libllama is built for patch 2's test-llama-archs, the one program that includes llama's headers,
+    # and linked into it alone
+    assert list(built.build_dir.rglob("libllama.*"))
+    ninja = find_tool("ninja").path
+
+    def inputs(program: str) -> list[str]:
+        out = subprocess.run([ninja, "-C", str(built.build_dir), "-t", "inputs", program],
+                             capture_output=True, text=True, check=True).stdout
+        return [Path(line).name for line in out.splitlines()]
+
+    assert any(name.startswith("libllama.") for name in inputs("test-llama-archs"))
+    for program in ("test-opt", "test-backend-ops"):
+        assert not any(name.startswith(("libllama.", "libllama-common.")) for name in inputs(program)), program
 
 
 def test_rebuild_is_a_noop(project: Project, built) -> None:

@@ -17,7 +17,7 @@ from builder.cli import main
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove import hunks as hk
-from builder.prove.verify import NOT_PROVEN, PROVEN, report_table, verify
+from builder.prove.verify import NOT_PROVEN, PROVEN, hunk_test_limits, report_table, verify
 from builder.series.model import load_series
 
 
@@ -227,3 +227,10 @@ def test_a_pre_check_writes_nothing_and_compiles_the_other_checkout(tmp_path: Pa
     assert cwd == str(build)
     assert cmd == ["/usr/bin/c++", "-DGGML_BUILD", f"-I{other}/ggml/include", "-O3", f"{other}/ggml/src/calc.c",
                    "-fsyntax-only"]
+
+
+def test_each_test_command_gets_its_own_limit_on_a_reverted_tree() -> None:
+    # a hung test-opt is stopped at 30 s even when a slower program runs beside it
+    limits = hunk_test_limits(({"command": "test-opt", "duration_s": 0.1},
+                               {"command": "test-llama-archs --opt", "duration_s": 4.5}))
+    assert limits == {"test-opt": 30.0, "test-llama-archs --opt": 90.0}

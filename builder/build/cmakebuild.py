@@ -80,6 +80,21 @@ _TEST_SAFE = ("-DGGML_SCHED_NO_REALLOC=OFF", "-DLLAMA_SANITIZE_ADDRESS=OFF", "-D
 _FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
               "-DLLAMA_BUILD_UI=OFF")
 
+def includes_llama(text: str) -> bool:
+    """True when a test source includes llama's or llama-common's headers: the minimal build then
+    builds libllama and llama-common for that program (and for no other)."""
+    return '#include "llama' in text or '#include "common.h"' in text
+
+
+LLAMA_PATHS = ("include", "src", "common", "vendor")
+"""The folders of the tree the minimal build reads for libllama and llama-common, besides ggml/."""
+
+
+def links_llama(source: Path, program: str) -> bool:
+    f = source / "tests" / f"{program}.cpp"
+    return f.exists() and includes_llama(f.read_text(errors="replace"))
+
+
 def harness_digest(backend: str) -> str:
     """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""
     h = hashlib.sha256()
@@ -173,7 +188,9 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
     else:
         args.append("-DGGML_CCACHE=OFF")
     if spec.targets == "minimal":
-        args += [f"-DPATCHSET_SOURCE={spec.source}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}"]
+        llama = [p for p in spec.programs if links_llama(spec.source, p)]
+        args += [f"-DPATCHSET_SOURCE={spec.source}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}",
+                 f"-DPATCHSET_LLAMA_TESTS={';'.join(llama)}"]
     else:
         args += list(_FULL_ARGS)
     return args + list(spec.extra_cmake_args)

@@ -246,6 +246,11 @@ class Invocation:
     trace_env: str | None = None
     """Environment variable through which the program writes a dispatch trace (next to its log)."""
 
+    @property
+    def command(self) -> str:
+        """The command line as reports and evidence show it."""
+        return " ".join([self.program, *self.args])
+
 
 def _unbuffered() -> list[str]:
     """stdbuf, where there is one, so that stdout reaches us as the program prints it.

@@ -9,7 +9,7 @@ from pathlib import Path
 from builder.build import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
-from builder.prove.treebuild import TreeBuilder
+from builder.prove.treebuild import Limits, TreeBuilder, limit_of
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, TestSpec
 
@@ -24,7 +24,7 @@ class HunkRunner:
         self.syntax_tree = builder.project.state_dir / "verify" / "syntax"
 
     def run(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
-            timeout: float | None = None) -> list[hk.HunkResult]:
+            timeout: Limits = None) -> list[hk.HunkResult]:
         """Each unit of the fix reverted on its own, right after the after tree was built.
 
         Compiling files on their own (`-fsyntax-only`) needs no build folder, so it runs beside the
@@ -89,7 +89,7 @@ class HunkRunner:
         checkout_detached(self.work.git, tree, commit)
         return list(hk.relative(hk.syntax_check(tree, list(files), db=db), tree))
 
-    def _hunk_tree(self, patch: Patch, backend: str, tests: list[TestSpec], timeout: float | None, job: _HunkJob,
+    def _hunk_tree(self, patch: Patch, backend: str, tests: list[TestSpec], timeout: Limits, job: _HunkJob,
                    total: int, errors: list[str]) -> hk.HunkResult:
         """The outcome of one reverted tree: not built when `errors` (its files compiled on their
         own), else what its build and tests say."""
@@ -105,7 +105,7 @@ class HunkRunner:
                              build_duration_s=step.build_duration_s)
         failing = tuple(line for t in step.tests for line in t.get("failing", ()))
         if step.verdict == "fails":
-            how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, timeout)
+            how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, limit_of(timeout, t["command"]))
                    for t in step.tests if t["verdict"] != testrun.PASSED]
             outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
         else:

@@ -9,6 +9,7 @@ tree `patchset build` built already is built in its own folder instead. What eac
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
@@ -24,14 +25,12 @@ from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
 
+Limits = float | Mapping[str, float] | None
+"""The time limit of each test program run on a tree: one for all, or one per command line."""
 
-def _needs_full(source: Path, program: str) -> bool:
-    """A test that includes llama's own headers cannot build against ggml alone."""
-    f = source / "tests" / f"{program}.cpp"
-    if not f.exists():
-        return False
-    text = f.read_text(errors="replace")
-    return '#include "llama' in text or '#include "common.h"' in text
+
+def limit_of(limits: Limits, command: str) -> float | None:
+    return limits.get(command) if isinstance(limits, Mapping) else limits
 
 
 def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
@@ -77,8 +76,9 @@ class TreeBuilder:
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
 
     def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
-                 timeout: float | None = None, *, record_inputs: bool = True) -> ev.Step:
-        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's).
+                 timeout: Limits = None, *, record_inputs: bool = True) -> ev.Step:
+        """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's),
+        or each test command its own (a mapping by command line, as the evidence records it).
 
         `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
         over to a later tree; a tree with one hunk reverted is never carried over)."""
@@ -89,19 +89,18 @@ class TreeBuilder:
             self.checkout(commit)
         src = self.work.path if reuse else self.src
         programs = tuple(dict.fromkeys(t.program for t in tests))
-        targets = "full" if any(_needs_full(src, p) for p in programs) else "minimal"
+        # the minimal build: a test that includes llama's headers gets libllama and llama-common there
         present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
-            source=src, build_dir=self.project.build_root / f"verify-{backend}-{targets}", backend=backend,
-            targets=targets, programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
+            source=src, build_dir=self.project.build_root / f"verify-{backend}-minimal", backend=backend,
+            targets="minimal", programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
         )
         if reuse:
             # the programs `patchset build` configured, less defaults a tree without them (a test's
             # mini-upstream) cannot configure
             mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
-            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-{targets}",
-                                       programs=mine if targets == "minimal" else present)
-        extra = self._shared_programs(commit, present) if targets == "minimal" and not reuse else ()
+            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-minimal", programs=mine)
+        extra = self._shared_programs(commit, present) if not reuse else ()
         self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
         used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
         result = buildmod.build(used)
@@ -131,9 +130,9 @@ class TreeBuilder:
             inv = invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
             r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
-                                    timeout=self.timeout if timeout is None else timeout)
+                                    timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
-            runs.append({"command": " ".join([inv.program, *inv.args]), "returncode": r.returncode,
+            runs.append({"command": inv.command, "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
                          "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
                          "failing": r.failing_lines()[:50], "notes": list(r.notes),

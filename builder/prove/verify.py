@@ -45,7 +45,7 @@ BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
 
 HUNK_TEST_TIMEOUT_MIN_S = 30.0
-"""The least time a test gets on a tree with one hunk reverted (else 20x its time on the after tree)."""
+"""The least time a test gets on a tree with one hunk reverted (else 20x its own time on the after tree)."""
 
 def available_backends() -> list[str]:
     """Backends this machine can build and run."""
@@ -220,10 +220,9 @@ class Verifier:
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
         if self.hunks:
             # the reverted trees are each one hunk away from the after tree just built
-            # a reverted hunk can make a test hang (a missing return is undefined behaviour): its tests
-            # get a generous multiple of the after tree's time, and a hang counts as caught
-            took = sum(t["duration_s"] for t in after.tests)
-            hunk_results += self.hunk_runner.run(patch, trees, backend, tests, max(HUNK_TEST_TIMEOUT_MIN_S, 20 * took))
+            # a reverted hunk can make a test hang (a missing return is undefined behaviour): each test
+            # gets a generous multiple of its own time on the after tree, and a hang counts as caught
+            hunk_results += self.hunk_runner.run(patch, trees, backend, tests, hunk_test_limits(after.tests))
         for name, commit in zip(meta.mutation, trees.mutations, strict=True):
             mut = dataclasses.replace(self.builder.run_tree("mutation", commit, patch, backend, tests), label=name)
             steps.append(mut)
@@ -262,6 +261,12 @@ def _now() -> str:
 
 def _holds_reason(e: ev.Evidence) -> str:
     return f"earlier proof holds: {e.holds.get('why')}, {e.created}"
+
+
+def hunk_test_limits(after_tests: tuple[dict, ...]) -> dict[str, float]:
+    """Each test command's time limit on a tree with one hunk reverted: 20x its own time on the after
+    tree (a slow program beside it does not raise it), at least HUNK_TEST_TIMEOUT_MIN_S."""
+    return {t["command"]: max(HUNK_TEST_TIMEOUT_MIN_S, 20 * t["duration_s"]) for t in after_tests}
 
 
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,

@@ -30,7 +30,7 @@ from builder.cli import main
 from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
-from builder.prove.fixed_upstream import checker
+from builder.prove.fixed_upstream import _in_tree, checker
 from builder.prove.verify import available_backends, verify
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
@@ -280,3 +280,14 @@ def test_a_rebase_stopped_at_a_conflict_keeps_its_verdicts_for_the_final_table(p
         ("clean", CANNOT_TELL), ("skipped", CANNOT_TELL), ("clean", CANNOT_TELL)]
     assert json.loads(result.report_file.read_text()) == result.report.as_json()
     assert not list(proj.project.state_dir.glob("*.checked.json"))
+
+
+def test_a_compile_error_is_placed_in_the_tree_however_the_compiler_names_the_file(tmp_path: Path) -> None:
+    """With CCACHE_BASEDIR set the compiler names files relative to the build folder it runs in: an
+    error in the test part must still read as one in the test part (else `cannot tell`)."""
+    src, build = tmp_path / "verify" / "src", tmp_path / "build" / "verify-cpu-minimal"
+    (src / "tests").mkdir(parents=True)
+    build.mkdir(parents=True)
+    assert _in_tree("../../verify/src/tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
+    assert _in_tree(str(src / "tests" / "test-opt.cpp"), src, build) == "tests/test-opt.cpp"
+    assert _in_tree("tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"

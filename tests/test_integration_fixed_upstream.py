@@ -94,7 +94,7 @@ def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
     # without the fix the test part does not compile, on the old pin as on this upstream (Patchset-Before:
     # build-fails); upstream did not touch ggml-opt: not fixed, with the compiler's error in the test part
     for k in ("0002", "0003"):
-        assert got[k] == ("clean", NOT_FIXED, [], []), rows[k]
+        assert got[k] == ("clean", NOT_FIXED, [], []), rows[k]["fixed_upstream"]
         assert "tests/test-opt.cpp:" in rows[k]["fixed_upstream"]["evidence"]
     # no answer here, and why: patch 1 runs on Metal only; patch 4 fixes the test program itself
     assert got["0001"][:2] == got["0004"][:2] == ("clean", CANNOT_TELL)

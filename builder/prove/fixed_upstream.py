@@ -196,7 +196,7 @@ class _Checker:
         if not result.ok:
             err = result.first_error
             # the file as a path of the tree: the report may leave the machine (the bump's pull request)
-            rel = _in_tree(err.file, self.src) if err else ""
+            rel = _in_tree(err.file, self.src, spec.build_dir) if err else ""
             errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
             only = err is not None and any(rel == p or rel.startswith(p.rstrip("/") + "/")
                                            for p in patch.meta.test_paths or ("tests",))
@@ -219,10 +219,14 @@ class _Checker:
         return _Run(True, failing=tuple(failing), checked=checked, summary="; ".join(summaries))
 
 
-def _in_tree(file: str, src: Path) -> str:
-    """The compiler's `file` (absolute, or relative to the tree) as a path of the tree."""
+def _in_tree(file: str, src: Path, build_dir: Path) -> str:
+    """The compiler's `file` as a path of the tree: absolute, or relative to the build folder it ran
+    in (ccache's base_dir makes it so), else taken as relative to the tree already."""
     f = Path(file)
-    return f.relative_to(src).as_posix() if f.is_absolute() and f.is_relative_to(src) else f.as_posix()
+    try:
+        return (f if f.is_absolute() else build_dir / f).resolve().relative_to(src.resolve()).as_posix()
+    except ValueError:
+        return f.as_posix()
 
 
 def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:

@@ -260,8 +260,9 @@ def _fresh_scratch(project: Project) -> Project:
         shutil.rmtree(scratch.root)
     if scratch.state_dir.exists():
         for child in scratch.state_dir.iterdir():
-            # the fixed-upstream check's source folder goes with its build folder (CMake binds them)
-            if child == scratch.build_root or child.name == "upstream-check":
+            # the build folders stay; the fixed-upstream check's index (upstream-check/) goes with the
+            # verify worktree it describes, which the check builds in
+            if child == scratch.build_root:
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)

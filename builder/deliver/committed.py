@@ -69,14 +69,13 @@ class Entry:
     proves: list[str] = field(default_factory=list)
     """The patches whose own proof the file holds: any change to one of them makes it stale."""
 
-    def stale_for(self, series: Series, current: dict[str, str]) -> list[str]:
+    def stale_for(self, now: SeriesNow) -> list[str]:
         """The covered patches whose bytes now make this file untrue: gone from the series, proven
         here with other bytes, or changed in a file the run's programs could have compiled."""
-        paths = {p.name: p.path for p in series.patches}
         return [name for name, sha in self.patches.items()
-                if current.get(name) != sha and not (
-                    name in paths and name not in self.proves and name in self.inputs
-                    and self.inputs[name] == input_digest(paths[name].read_bytes(), self.programs))]
+                if now.sha.get(name) != sha and not (
+                    name in now.sha and name not in self.proves and name in self.inputs
+                    and self.inputs[name] == now.digest(name, self.programs))]
 
 
 @dataclass(frozen=True)
@@ -187,6 +186,23 @@ def patch_hashes(series: Series) -> dict[str, str]:
     return {p.name: sha256_file(p.path) for p in series.patches}
 
 
+class SeriesNow:
+    """The series' patches as they are now, for one update or check: each file's sha256 read once,
+    each `input_digest` computed once per list of programs."""
+
+    def __init__(self, series: Series) -> None:
+        self.series = series
+        self.sha = patch_hashes(series)
+        self._paths = {p.name: p.path for p in series.patches}
+        self._digests: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    def digest(self, name: str, programs: list[str]) -> str:
+        key = (name, tuple(programs))
+        if key not in self._digests:
+            self._digests[key] = input_digest(self._paths[name].read_bytes(), programs)
+        return self._digests[key]
+
+
 def series_programs(series: Series) -> list[str]:
     """The programs a device run of this series builds: the defaults and those the patches name."""
     names = list(buildmod.DEFAULT_PROGRAMS)
@@ -276,8 +292,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
     return skipped
 
 
-def _keep_proofs(out: _Writer, rel: str, body: str, command: str, series: Series,
-                 current: dict[str, str]) -> tuple[str, str, list[str]]:
+def _keep_proofs(out: _Writer, rel: str, body: str, command: str, now: SeriesNow) -> tuple[str, str, list[str]]:
     """A device run's verify.json (made on the current bytes) with the proofs of the patches it did
     not verify that the file had before (written earlier in this update, or committed), where those
     still hold for the current series."""
@@ -291,7 +306,7 @@ def _keep_proofs(out: _Writer, rel: str, body: str, command: str, series: Series
         return body, command, []
     new = json.loads(body)
     kept = {stem: ev for stem, ev in json.loads(prior_text).get("patches", {}).items()
-            if stem not in new.get("patches", {}) and _proof_holds(prior, f"{stem}.patch", series, current)}
+            if stem not in new.get("patches", {}) and _proof_holds(prior, f"{stem}.patch", now)}
     if not kept:
         return body, command, []
     merged = {**new, "patches": dict(sorted({**kept, **new.get("patches", {})}.items()))}
@@ -299,16 +314,15 @@ def _keep_proofs(out: _Writer, rel: str, body: str, command: str, series: Series
             [f"{stem}.patch" for stem in kept])
 
 
-def _proof_holds(prior: Entry, name: str, series: Series, current: dict[str, str]) -> bool:
+def _proof_holds(prior: Entry, name: str, now: SeriesNow) -> bool:
     """A committed proof of patch `name` holds now when the patch and every patch before it (its
     trees are made of those alone) has the bytes it was proven with, or, for an earlier patch, bytes
     with the same `input_digest`."""
-    for p in series.patches:
-        if prior.patches.get(p.name) != current[p.name] and (
-                p.name == name or p.name not in prior.inputs
-                or prior.inputs[p.name] != input_digest(p.path.read_bytes(), prior.programs)):
+    for q in now.sha:
+        if prior.patches.get(q) != now.sha[q] and (
+                q == name or q not in prior.inputs or prior.inputs[q] != now.digest(q, prior.programs)):
             return False
-        if p.name == name:
+        if q == name:
             return True
     return False
 
@@ -335,7 +349,7 @@ def _outputs(run: dict) -> dict[str, str]:
     return made
 
 
-def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str]) -> list[str]:
+def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
     """The outputs of tools/gpu/run.sh in `folder`: the run records and the files their steps wrote.
     A run made on the series' current bytes records each patch's `input_digest`; its verify.json
     keeps the committed proofs of other patches that still hold."""
@@ -353,6 +367,7 @@ def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str
             raise InputError(f"{rpath}: format {run.get('format')!r}, expected patchset-device-run/1")
         loaded.append((rpath, run))
     claimed: set[str] = set()
+    programs = series_programs(now.series)
     for rpath, run in sorted(loaded, key=lambda x: x[1].get("date", "")):
         backend = str(run.get("backend", "unknown"))
         shas = {p["name"]: p["sha256"] for p in run.get("patches", [])}
@@ -361,9 +376,7 @@ def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str
         invocation = str(run.get("invocation") or f"tools/gpu/run.sh --backend {backend} (steps: " + ", ".join(
             str(s.get("step")) for s in run.get("steps", [])) + ")")
         common = (str(run.get("date", "")), machine, _pin_text(run.get("pin", {})), shas)
-        programs = series_programs(series)
-        inputs = ({p.name: input_digest(p.path.read_bytes(), programs) for p in series.patches}
-                  if shas == current else {})
+        inputs = {name: now.digest(name, programs) for name in now.sha} if shas == now.sha else {}
         outputs = _outputs(run)
         proven = []
         if "verify.json" in outputs and (folder / "verify.json").exists():
@@ -384,7 +397,7 @@ def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str
             rel = f"{backend}/{name}"
             made_by, kept = cmd, list[str]()
             if name == "verify.json" and inputs:
-                body, made_by, kept = _keep_proofs(out, rel, body, cmd, series, current)
+                body, made_by, kept = _keep_proofs(out, rel, body, cmd, now)
             out.add(rel, body, made_by, *common, inputs, programs, proven + kept if name == "verify.json" else [])
             claimed.add(name)
     for f in sorted(folder.iterdir()):
@@ -396,15 +409,14 @@ def _from_gpu(folder: Path, out: _Writer, series: Series, current: dict[str, str
 
 
 
-def _drop(series: Series, docs_root: Path, stale: bool) -> list[str]:
+def _drop(now: SeriesNow, docs_root: Path, stale: bool) -> list[str]:
     """Forget the manifest entries of files deleted by hand; with `stale`, also delete the files
     that cover a patch whose bytes changed (or that left the series)."""
     entries = load_manifest(docs_root)
-    current = patch_hashes(series)
     dropped = []
     for rel, entry in sorted(entries.items()):
         path = docs_root / rel
-        if path.exists() and not (stale and entry.stale_for(series, current)):
+        if path.exists() and not (stale and entry.stale_for(now)):
             continue
         path.unlink(missing_ok=True)
         del entries[rel]
@@ -420,14 +432,15 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
     doc blocks that are made from it. `trees`: the after tree of each patch now (after_trees);
     `drop_stale`: first delete the committed files that cover other bytes of a patch."""
     docs_root = root / "docs" / "evidence"
-    dropped = _drop(series, docs_root, drop_stale) if docs_root.is_dir() else []
+    now = SeriesNow(series)
+    dropped = _drop(now, docs_root, drop_stale) if docs_root.is_dir() else []
     out = _Writer(docs_root)
     skipped: list[str] = []
     for folder in from_dirs:
-        skipped += _from_gpu(folder, out, series, patch_hashes(series))
+        skipped += _from_gpu(folder, out, now)
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
-        skipped += _local(series, state_evidence, out, docs_root, trees or {}, patch_hashes(series))
+        skipped += _local(series, state_evidence, out, docs_root, trees or {}, now.sha)
     entries = load_manifest(docs_root)
     for rel, (text, entry) in out.files.items():
         atomic_write_text(docs_root / rel, text)
@@ -507,7 +520,8 @@ def check(series: Series, root: Path) -> list[Problem]:
     """Every problem of the committed evidence, one per file and patch (see the module docstring)."""
     docs_root = root / "docs" / "evidence"
     entries = load_manifest(docs_root)
-    current = patch_hashes(series)
+    now = SeriesNow(series)
+    current = now.sha
     problems: list[Problem] = []
     on_disk = sorted(p.relative_to(docs_root).as_posix() for p in docs_root.rglob("*")
                      if p.is_file() and p.name != MANIFEST) if docs_root.is_dir() else []
@@ -521,7 +535,7 @@ def check(series: Series, root: Path) -> list[Problem]:
         problems += [Problem(f"{shown}:{c.line}", "", c.what) for c in clean.problems(rel, text)]
         if sha256_file(docs_root / rel) != entry.sha256:
             problems.append(Problem(shown, "", f"edited since `{UPDATE}` wrote it (made by `{entry.command}`)"))
-        for name in entry.stale_for(series, current):
+        for name in entry.stale_for(now):
             sha = entry.patches[name]
             if name not in current:
                 problems.append(Problem(shown, name, "stale: covers a patch that is no longer in the series"))

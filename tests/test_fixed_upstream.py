@@ -30,7 +30,8 @@ from builder.cli import main
 from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
-from builder.prove.fixed_upstream import _in_tree, checker
+from builder.prove.fixed_upstream import checker
+from builder.prove.treebuild import tree_path
 from builder.prove.verify import available_backends, verify
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
@@ -288,6 +289,6 @@ def test_a_compile_error_is_placed_in_the_tree_however_the_compiler_names_the_fi
     src, build = tmp_path / "verify" / "src", tmp_path / "build" / "verify-cpu-minimal"
     (src / "tests").mkdir(parents=True)
     build.mkdir(parents=True)
-    assert _in_tree("../../verify/src/tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
-    assert _in_tree(str(src / "tests" / "test-opt.cpp"), src, build) == "tests/test-opt.cpp"
-    assert _in_tree("tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
+    assert tree_path("../../verify/src/tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
+    assert tree_path(str(src / "tests" / "test-opt.cpp"), src, build) == "tests/test-opt.cpp"
+    assert tree_path("tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"

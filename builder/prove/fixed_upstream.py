@@ -28,12 +28,13 @@ also rewrites only the files that differ.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
+from builder.prove import hunks as hk
+from builder.prove.treebuild import tree_path
 from builder.prove.verify import available_backends
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
@@ -196,10 +197,9 @@ class _Checker:
         if not result.ok:
             err = result.first_error
             # the file as a path of the tree: the report may leave the machine (the bump's pull request)
-            rel = _in_tree(err.file, self.src, spec.build_dir) if err else ""
+            rel = tree_path(err.file, self.src, spec.build_dir) if err else ""
             errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
-            only = err is not None and any(rel == p or rel.startswith(p.rstrip("/") + "/")
-                                           for p in patch.meta.test_paths or ("tests",))
+            only = err is not None and hk.in_paths(rel, patch.meta.test_paths or ("tests",))
             return _Run(False, errors, only)
         failing: list[str] = []
         summaries = []
@@ -217,16 +217,6 @@ class _Checker:
             checked = checked or r.verdict != testrun.NOTHING
             summaries.append(f"{t} {r.verdict} ({r.passed} passed, {r.failed} failed)")
         return _Run(True, failing=tuple(failing), checked=checked, summary="; ".join(summaries))
-
-
-def _in_tree(file: str, src: Path, build_dir: Path) -> str:
-    """The compiler's `file` as a path of the tree: absolute, or relative to the build folder it ran
-    in (ccache's base_dir makes it so), else taken as relative to the tree already."""
-    f = Path(file)
-    try:
-        return (f if f.is_absolute() else build_dir / f).resolve().relative_to(src.resolve()).as_posix()
-    except ValueError:
-        return f.as_posix()
 
 
 def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:

@@ -149,7 +149,8 @@ def summarize(results: tuple[dict, ...] | list[dict]) -> HunkSummary:
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
-def _in_paths(path: str, paths: tuple[str, ...]) -> bool:
+def in_paths(path: str, paths: tuple[str, ...]) -> bool:
+    """Is the tree path `path` one of `paths` or inside one of those folders?"""
     return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in paths)
 
 
@@ -164,7 +165,7 @@ def fix_units(git: GitRepo, parent: str, after: str, patch: Patch,
                    "--src-prefix=a/", "--dst-prefix=b/", parent, after, env=ISOLATED)
     units: list[Unit] = []
     for file, status, hunks in _parse_diff(text):
-        if _in_paths(file, patch.meta.test_paths):
+        if in_paths(file, patch.meta.test_paths):
             continue
         rules = [r for r in patch.meta.hunks if r.file == file and not r.function]
         for n, (section, changes) in enumerate(hunks, 1):
@@ -388,7 +389,7 @@ def is_header(path: str) -> bool:
 # -- what the minimal build does not compile -----------------------------------------------------------
 def outside_build(path: str, test_paths: tuple[str, ...]) -> bool:
     """Files the test build does not compile: llama.cpp's own sources, headers and examples."""
-    return not path.startswith("ggml/") and not _in_paths(path, test_paths)
+    return not path.startswith("ggml/") and not in_paths(path, test_paths)
 
 
 def syntax_units(unit: Unit, fix_files: list[str], test_paths: tuple[str, ...]) -> list[str]:
@@ -476,7 +477,7 @@ def precheck_files(unit: Unit, fix_files: list[str], test_paths: tuple[str, ...]
     if suffix not in _HEADERS:
         return []
     fix = [f for f in fix_files if Path(f).suffix in _SOURCES and f in db]
-    tests = [f for f in db.files if _in_paths(f, test_paths) and f not in fix]
+    tests = [f for f in db.files if in_paths(f, test_paths) and f not in fix]
     return fix + tests
 
 

@@ -184,13 +184,16 @@ def _compiler_errors(log: Path) -> list[str]:
     return errors
 
 
-def _in_paths(error: str, test_paths: tuple[str, ...], src: Path, build_dir: Path) -> bool:
-    file = error.split(":", 1)[0]
-    # a relative path is the compiler's, which ran in the build folder (ccache's base_dir gives it
-    # such paths): relative to that folder, not to this process's cwd
+def tree_path(file: str, src: Path, build_dir: Path) -> str:
+    """The compiler's `file` as a path of the tree `src`: absolute, or relative to the build folder
+    it ran in (ccache's base_dir gives such paths; not relative to this process's cwd), else taken
+    as a path of the tree already."""
     try:
-        rel = (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
+        return (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
     except ValueError:
-        rel = file
-    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in test_paths)
+        return file
+
+
+def _in_paths(error: str, test_paths: tuple[str, ...], src: Path, build_dir: Path) -> bool:
+    return hk.in_paths(tree_path(error.split(":", 1)[0], src, build_dir), test_paths)
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import compiles_relative_to
 
 from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.build.toolchain import find_tool
@@ -25,10 +23,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def project(real_project: Project) -> Iterator[Project]:
+def project(real_project: Project) -> Project:
     """The session's copy of the real project (conftest.py): the replay module builds the same trees."""
-    with compiles_relative_to(real_project.root):
-        yield real_project
+    return real_project
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +118,11 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
     # the pin's tree was built in its own worktree and folder; the patched one reused `built`
     assert r.other.tree_id == GitRepo(project.work_repo).tree_of("upstream")
     assert r.patched.build_dir == built.build_dir
+    # patch 2 changes test-llama-archs (its --opt mode): the series' own program runs on the patched tree
+    # alone, and the pin's build makes neither it nor libllama
+    assert "test-llama-archs" in {p.program for p in r.patched.programs}
+    assert {p.program for p in r.other.programs} == {"test-opt", "test-backend-ops"}
+    assert not list(r.other.build_dir.rglob("libllama.*"))
     # patch 5 adds 4096-wide ACC and SET cases: new in the patched tree, and passing there
     new = r.of(ONLY_PATCHED)
     wide = [c for c in new if "4096" in c.case]

@@ -4,7 +4,10 @@
 repository, the pin) in one extra worktree (`.patchset/against/<ref>`, like verify's), reuses the
 patched tree's own build (`patchset build`'s folder), runs the same invocations on both, and
 sorts every case into: newly failing (a regression), newly passing, failing in both (upstream's
-own, listed and not blamed on the series), newly skipped, and only in one tree.
+own, listed and not blamed on the series), newly skipped, and only in one tree. A test program of
+the series' own (not test-opt or test-backend-ops) is built and run on the other tree only when
+the series leaves its source as it is there: otherwise it is a different test, run on the patched
+tree alone.
 
 A test-backend-ops run that crashes (the pin's `grad` mode aborts on REGLU's backward pass)
 hides every case after the crash. A run of every op is made one run per first letter of the op
@@ -408,9 +411,14 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", opts.against)
     src = project.state_dir / "against" / safe
     checkout_detached(git, src, other_commit)
+    patched_commit = git.rev(PATCHED) or ""
+    # a program of the series' own is the same test in both trees only when the series leaves its
+    # source alone: a pin without the option a patch added (test-llama-archs --opt) would only fail
+    same = {prog for prog in programs_for(src, series) if prog in buildmod.DEFAULT_PROGRAMS
+            or git.blob(other_commit, f"tests/{prog}.cpp") == git.blob(patched_commit, f"tests/{prog}.cpp")}
     other_spec = buildmod.BuildSpec(
         source=src, build_dir=build_dir(project, opts.backend, f"against-{safe}"), backend=opts.backend,
-        programs=programs_for(src, series), jobs=opts.jobs, cuda_arch=opts.cuda_arch,
+        programs=tuple(p for p in programs_for(src, series) if p in same), jobs=opts.jobs, cuda_arch=opts.cuda_arch,
     )
     other_build = buildmod.build(other_spec, progress)
     if not other_build.ok:
@@ -420,7 +428,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
 
     def run_tree(label: str, commit: str, result: buildmod.BuildResult, sink: ProgressSink) -> TreeRun:
         extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS
-                 and (result.bin_dir / prog).exists()]
+                 and (result.bin_dir / prog).exists() and (label == "patched" or prog in same)]
         invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra)
         if opts.workers > 1:
             invs = [replace(i, args=(*i.args, "-j", str(opts.workers))) if i.program == TBO else i for i in invs]
@@ -435,7 +443,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     # the two trees run side by side: their programs are independent, and each run of a test
     # program is mostly one thread (a whole grad-mode sweep on the CPU takes tens of minutes)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        mine = pool.submit(run_tree, "patched", git.rev(PATCHED) or "", patched_build, progress)
+        mine = pool.submit(run_tree, "patched", patched_commit, patched_build, progress)
         theirs = pool.submit(run_tree, opts.against, other_commit, other_build, NullProgress())
         runs = {"patched": mine.result(), opts.against: theirs.result()}
     changes, counts = compare(runs[opts.against], runs["patched"])

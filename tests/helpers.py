@@ -9,12 +9,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 from builder.build import metalcheck
 from builder.errors import BuildError
@@ -419,17 +415,6 @@ def objc_toolchain_found() -> bool:
     except BuildError:
         return False
     return True
-
-
-@contextmanager
-def compiles_relative_to(root: Path) -> Iterator[None]:
-    """CCACHE_BASEDIR=`root` while the block runs, as a user may set it: ccache hands the compiler paths
-    relative to the build folder, so a file compiled with the same flags from the same source folder hits
-    the cache in another build folder too (ggml-base names its build folder with -I: without it, the CPU
-    and replay builds of one tree share ggml-cpu but not ggml-base)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CCACHE_BASEDIR", str(root))
-        yield
 
 
 UPSTREAM_FIXES = Path(__file__).resolve().parent / "data" / "fixed-upstream"

@@ -4,6 +4,7 @@ reconfigure on change, the first compiler error, and the Linux Metal check (C++ 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from helpers import objc_toolchain_found
 
 from builder.build import metalcheck, sdiag
 from builder.build.cmakebuild import BuildSpec, build, first_error
+from builder.build.toolchain import find_ccache, find_tool
 from builder.errors import BuildError
 
 GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
@@ -57,6 +59,51 @@ def test_failed_build_names_the_first_error(tmp_path: Path) -> None:
     assert r.first_error.line == 3
     assert "expected expression" in r.first_error.message
     assert r.log.is_file() and "calc.c" in r.log.read_text()
+
+
+@pytest.mark.skipif(find_ccache() is None, reason="no ccache here (the project's [ccache] extra)")
+def test_another_checkout_in_another_folder_compiles_from_the_cache(tmp_path: Path) -> None:
+    # the session's one ccache (conftest): the first build fills it, a copy of the tree at another path
+    # built in another folder finds every compile there, as the verify worktree does after `patchset build`
+    first = build(dataclasses.replace(spec(make_tree(tmp_path / "work"), tmp_path / "build-a"), use_ccache=True))
+    assert first.ok and first.ccache_misses
+    other = build(dataclasses.replace(spec(make_tree(tmp_path / "verify" / "src"), tmp_path / "build-b"),
+                                      use_ccache=True))
+    assert other.ok and other.ccache_misses == 0 and other.ccache_hits == first.ccache_misses
+    out = subprocess.run([other.bin_dir / "test-calc"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "calc(x=1): OK"
+
+
+@pytest.mark.skipif(find_ccache() is None, reason="no ccache here (the project's [ccache] extra)")
+def test_a_compile_error_under_ccache_names_the_file_itself(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "checkout", calc_c='#include "calc.h"\nint calc(int x) {\n    return x +;\n}\n')
+    r = build(dataclasses.replace(spec(tree, tmp_path / "build"), use_ccache=True))
+    assert not r.ok and r.first_error is not None
+    # the compiler named it relative to the build folder, through its link to the tree
+    assert re.search(r"^tree/ggml/src/calc\.c:3:", r.log.read_text(), re.M), r.log.read_text()
+    assert r.first_error.file == str((tree / "ggml" / "src" / "calc.c").resolve())
+
+
+def test_another_tree_in_the_same_folder_builds_from_nothing_of_the_last(tmp_path: Path) -> None:
+    # the objects of both trees have the same names behind the folder's link: a switch must not keep any
+    old = make_tree(tmp_path / "old")
+    new = make_tree(tmp_path / "new", calc_c='#include "calc.h"\nint calc(int x) { return x + 2; }\n')
+    shutil.copystat(old / "ggml" / "src" / "calc.c", new / "ggml" / "src" / "calc.c")  # no newer mtime to go by
+    assert build(spec(old, tmp_path / "build")).ok
+    r = build(spec(new, tmp_path / "build"))
+    assert r.ok and r.configured
+    out = subprocess.run([r.bin_dir / "test-calc"], capture_output=True, text=True, check=True).stdout
+    assert "FAIL" in out, out
+
+
+def test_test_programs_are_compiled_at_O1_and_ggml_at_its_own_flags(tmp_path: Path) -> None:
+    r = build(spec(make_tree(tmp_path / "tree"), tmp_path / "build"))
+    assert r.ok
+    flags = {Path(e["file"]).name: re.findall(r"(?<!\S)-O\w*", e["command"])
+             for e in json.loads(subprocess.run([find_tool("ninja").path, "-C", r.build_dir, "-t", "compdb"],
+                                                capture_output=True, text=True, check=True).stdout)}
+    assert flags["test-calc.cpp"][-1] == "-O1", flags  # the last one wins
+    assert flags["calc.c"] == ["-O3"], flags
 
 
 def test_missing_test_program_fails_at_configure(tmp_path: Path) -> None:

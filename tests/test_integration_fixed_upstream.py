@@ -14,11 +14,10 @@ the same (one cold build of the replay, whichever module comes first): marked in
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import UPSTREAM_FIXES, compiles_relative_to, real_pin_moved_on
+from helpers import UPSTREAM_FIXES, real_pin_moved_on
 
 from builder.cli import main
 from builder.project import Project
@@ -39,12 +38,6 @@ SET_CASES = [
     "test-backend-ops SET(type_src=f32,type_dst=f32,ne=[2048,1,1,1],dim=2,inplace=0)",
     "test-backend-ops SET(type_src=i32,type_dst=i32,ne=[2048,2,1,1],dim=1,inplace=0)",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _relative(real_project: Project) -> Iterator[None]:
-    with compiles_relative_to(real_project.root):
-        yield
 
 
 @pytest.fixture(scope="module")

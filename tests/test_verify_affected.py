@@ -282,10 +282,11 @@ def test_force_is_a_flag_of_verify() -> None:
     assert build_parser().parse_args(["verify"]).no_reuse is False
 
 
-def test_a_test_file_that_fails_to_compile_is_named_so_when_the_compiler_prints_relative_paths(
+def test_a_test_file_that_fails_to_compile_is_named_by_its_tree_path_in_the_evidence(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    # ccache's base_dir (a user's CCACHE_BASEDIR) hands the compiler paths relative to the build
-    # folder, and so its errors name them; patch 7's before tree fails in its test file only
+    # under ccache the build sets base_dir to the build folder (a user's own CCACHE_BASEDIR gives way), so
+    # the compiler names files relative to it, through the folder's tree link; patch 7's before tree fails
+    # in its test file only, and the evidence names that file as a path of the tree
     if find_ccache() is None:
         pytest.skip("no ccache here (the project's [ccache] extra)")
     monkeypatch.setenv("CCACHE_BASEDIR", str(project.root))
@@ -295,4 +296,5 @@ def test_a_test_file_that_fails_to_compile_is_named_so_when_the_compiler_prints_
     data = json.loads(v.evidence_json.read_text())
     before = next(s for s in data["steps"] if s["tree"] == "before")
     assert before["verdict"] == "build-fails"
-    assert any(e.startswith("../") for e in before["build_errors"]), before["build_errors"]
+    assert before["build_errors"] and all(e.startswith("tests/test-twice.cpp:") for e in before["build_errors"]), \
+        before["build_errors"]

@@ -30,6 +30,11 @@ MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
 REPLAY_DIR = Path(__file__).parent.parent / "replay" / "cpp"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
 TARGET_SETS = ("minimal", "full")
+TREE_LINK = "tree"
+"""In a minimal build folder, a link to the tree it builds: the compiler sees the tree there, and
+ccache's base_dir is the folder. Every folder then names a source the same way (tree/ggml/src/ggml.c),
+so a file another folder compiled from another checkout, with the same content and flags, comes from
+the cache: the verify worktree's first build takes the work tree's objects, not minutes of compiling."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,7 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
         args.append("-DGGML_CCACHE=OFF")
     if spec.targets == "minimal":
         llama = [p for p in spec.programs if links_llama(spec.source, p)]
-        args += [f"-DPATCHSET_SOURCE={spec.source}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}",
+        args += [f"-DPATCHSET_SOURCE={spec.build_dir / TREE_LINK}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}",
                  f"-DPATCHSET_LLAMA_TESTS={';'.join(llama)}"]
     else:
         args += list(_FULL_ARGS)
@@ -292,12 +297,16 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     old = _read_config_record(rec_file)
     # the binaries about to change no longer match the recorded source, whatever happens next
     _built_path(spec.build_dir).unlink(missing_ok=True)
+    # another tree behind the link has the same object names as the last: nothing of its build is kept
+    if old and (old.get("cmake_source") != record["cmake_source"] or old.get("source") != record["source"]):
+        _wipe(spec.build_dir, keep=log)
+    if spec.targets == "minimal":
+        _link_tree(spec.build_dir / TREE_LINK, spec.source)
+    env = {"CCACHE_BASEDIR": str(spec.build_dir)} if ccache else None
     if old != record or not (spec.build_dir / "CMakeCache.txt").exists():
-        if old and old.get("cmake_source") != record["cmake_source"]:
-            _wipe(spec.build_dir, keep=log)
         progress.begin(f"configuring {spec.backend}/{spec.targets}", None)
         r = proc.stream([cmake.path, "-G", "Ninja", "-S", str(src_dir), "-B", str(spec.build_dir), *args],
-                        log_file=log)
+                        log_file=log, env=env)
         progress.end()
         if r.returncode != 0:
             rec_file.unlink(missing_ok=True)
@@ -323,7 +332,7 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
     if spec.build_targets:
         cmd += ["--target", *ninja_targets(spec)]
-    r = proc.stream(cmd, log_file=log, on_line=on_line)
+    r = proc.stream(cmd, log_file=log, on_line=on_line, env=env)
     if bar_started:
         progress.end()
     after = ccache_stats(ccache) if ccache else None
@@ -347,8 +356,30 @@ def _failed(spec: BuildSpec, log: Path, start: float, cmake: Tool, ninja: Tool, 
         spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", False, configured, False, 0,
         time.monotonic() - start, log, f"{cmake.path} {cmake.version_text}", f"{ninja.path} {ninja.version_text}",
         ccache, delta.hits if delta else None, delta.misses if delta else None,
-        first_error=first_error(log.read_text(errors="replace")),
+        first_error=_in_tree(first_error(log.read_text(errors="replace")), spec.build_dir),
     )
+
+
+def _in_tree(e: CompilerError | None, build_dir: Path) -> CompilerError | None:
+    return e and CompilerError(compiled_path(build_dir, e.file), e.line, e.message)
+
+
+def _link_tree(link: Path, source: Path) -> None:
+    """Point `link` at `source` (replaced in one rename when it points elsewhere)."""
+    target = source.resolve()
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    tmp = link.with_name(f".{link.name}.new")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target, target_is_directory=True)
+    tmp.replace(link)
+
+
+def compiled_path(build_dir: Path, file: str) -> str:
+    """A file as the compiler named it in `build_dir` (relative to the folder under ccache's base_dir,
+    or through the tree link) as the path of the file itself."""
+    p = build_dir / file
+    return str(p.resolve()) if (TREE_LINK in Path(file).parts or not Path(file).is_absolute()) and p.exists() else file
 
 
 def _wipe(build_dir: Path, keep: Path) -> None:

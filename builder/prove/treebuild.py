@@ -117,9 +117,8 @@ class TreeBuilder:
             self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
         self.last_build = (used.build_dir, src)
         if not result.ok:
-            errors = _compiler_errors(result.log)
-            only_tests = bool(errors) and all(_in_paths(e, patch.meta.test_paths, src, used.build_dir)
-                                              for e in errors)
+            errors = _compiler_errors(result.log, src, used.build_dir)
+            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_paths) for e in errors)
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
@@ -146,7 +145,7 @@ class TreeBuilder:
         """Test programs a later job needs whose source is the same in this tree.
 
         Built in the same run as this tree's own programs they share its two cores (a lone
-        test-backend-ops.cpp takes ~28 s on one), and ninja has nothing left to do for them
+        test-backend-ops.cpp takes ~21 s on one), and ninja has nothing left to do for them
         when the later tree comes, unless the libraries changed in between.
         """
         git = self.work.git
@@ -168,16 +167,19 @@ class TreeBuilder:
         if self.last_build is None:
             return None
         build_dir, src = self.last_build
-        return hk.CompileDb.read(find_tool("ninja").path, build_dir, src)
+        # the compiler of a minimal build sees the tree through the folder's link
+        seen = build_dir / buildmod.TREE_LINK
+        return hk.CompileDb.read(find_tool("ninja").path, build_dir, seen if seen.is_symlink() else src)
 
 
-def _compiler_errors(log: Path) -> list[str]:
+def _compiler_errors(log: Path, src: Path, build_dir: Path) -> list[str]:
+    """The compiler errors of a build log, each file named as a path of the tree `src` where it is one."""
     errors = []
     lines = log.read_text(errors="replace").splitlines()
     for line in lines:
         m = buildmod._ERROR.match(line)
         if m:
-            errors.append(f"{m.group('file')}:{m.group('line')}: {m.group('msg').strip()}")
+            errors.append(f"{tree_path(m.group('file'), src, build_dir)}:{m.group('line')}: {m.group('msg').strip()}")
     if not errors:
         # the linker has no file:line form: name the symbol it could not find
         errors = [line.strip() for line in lines if "undefined reference to" in line]
@@ -193,7 +195,4 @@ def tree_path(file: str, src: Path, build_dir: Path) -> str:
     except ValueError:
         return file
 
-
-def _in_paths(error: str, test_paths: tuple[str, ...], src: Path, build_dir: Path) -> bool:
-    return hk.in_paths(tree_path(error.split(":", 1)[0], src, build_dir), test_paths)
 

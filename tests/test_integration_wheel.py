@@ -1,5 +1,6 @@
 """The real release wheel: llama-cpp-python 0.3.36 on the patched b11312, built once for the CPU
-(without the multimodal library, to keep it short), installed into a fresh virtual environment
+(without the multimodal library and at -O0, to keep it short: what is tested is how the wheel is
+made, named, recorded and installed, not its speed), installed into a fresh virtual environment
 and used from a folder with no build output. Slow (a cold llama.cpp build): marked integration.
 """
 
@@ -15,6 +16,7 @@ import textwrap
 import time
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,9 @@ from builder.upstream.pin import load_pin
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-OPTIONS = WheelOptions(no_mtmd=True)
+# -O0 through the user's own -D options (the provenance records them like any others)
+QUICK = ("-DCMAKE_C_FLAGS_RELEASE=-O0", "-DCMAKE_CXX_FLAGS_RELEASE=-O0")
+OPTIONS = WheelOptions(no_mtmd=True, cmake_args=QUICK)
 # the wheel's pure-Python dependencies (its METADATA Requires-Dist), from PyPI
 DEPENDENCIES = ["numpy", "typing-extensions", "diskcache", "jinja2"]
 
@@ -68,7 +72,7 @@ def project(isolated: None, real_pin_cache: Path, tmp_path_factory: pytest.TempP
 @pytest.fixture(scope="module")
 def built(project: Project) -> WheelResult:
     start = time.monotonic()
-    result = build_wheel(project, WheelOptions(no_mtmd=True, out_dir=project.root / "dist1"))
+    result = build_wheel(project, replace(OPTIONS, out_dir=project.root / "dist1"))
     print(f"\ncold wheel build: {time.monotonic() - start:.0f} s, {result.compiled} compiles")
     return result
 
@@ -257,7 +261,7 @@ def test_a_tiny_llama_model_evaluates_through_the_wheel(venv: Path, tmp_path: Pa
 
 
 def test_a_second_build_is_reproducible_and_compiles_nothing(project: Project, built: WheelResult) -> None:
-    again = build_wheel(project, WheelOptions(no_mtmd=True, out_dir=project.root / "dist2"))
+    again = build_wheel(project, replace(OPTIONS, out_dir=project.root / "dist2"))
     assert again.wheel.name == built.wheel.name
     assert again.prepared.written == 0 and again.compiled == 0
     assert (again.prepared.source_dir, again.prepared.build_dir) == (built.prepared.source_dir,

@@ -18,6 +18,7 @@ import pytest
 from helpers import Proj, Upstream, copy_real_project, make_project, make_upstream
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
+from builder import console
 from builder.project import Project
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
@@ -48,6 +49,18 @@ _SCRUB = (
     "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
     "GIT_SSH_COMMAND", "GIT_TRACE", "EMAIL", "PATCHSET_STATE", "PATCHSET_CACHE",
 )
+
+# The modules that take minutes, longest first. Under pytest-xdist (pyproject's addopts: a module to a worker
+# at a time, in collection order) each starts at once on a worker of its own, not last on a worker that
+# has finished everything else. The rest keep their order.
+LONGEST_FIRST = ("test_integration_build.py", "test_integration_wheel.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:
     """Point HOME, XDG, the patchset cache and git's config at folders under `base`; the cache dir."""
     home, config, cache = base / "home", base / "xdg-config", base / "xdg-cache"
@@ -88,16 +101,22 @@ def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         yield cache
 
 
-def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ccache for the whole run, whatever HOME each test has: a tree built again at the same
-    place with the same flags compiles from the cache (a project put back as it was, a verify run
-    again). Set PATCHSET_TEST_CCACHE to a folder to keep it between runs.
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every process of this run shares: pytest-xdist gives each worker its own base
+    folder (`<run>/popen-gwN`) inside the run's; without it, the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
-    No CCACHE_BASEDIR for the session (the default: the compiler sees absolute paths); the real-tree
-    modules set one around their own builds (helpers.compiles_relative_to), as a user may.
+
+def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ccache for the whole run, every worker and whatever HOME each test has: a tree built
+    again with the same flags compiles from the cache (a project put back as it was, a verify run
+    again, another copy of the real project: each minimal build names its tree through its folder's
+    link, relative to the folder). Set PATCHSET_TEST_CCACHE to a folder to keep it between runs.
     """
     keep = os.environ.get("PATCHSET_TEST_CCACHE")
-    ccache = Path(keep) if keep else tmp_path_factory.mktemp("ccache")
+    ccache = Path(keep) if keep else run_dir(tmp_path_factory) / "ccache"
+    ccache.mkdir(parents=True, exist_ok=True)
     mp.setenv("CCACHE_DIR", str(ccache))
     for var in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
         mp.delenv(var, raising=False)
@@ -109,6 +128,9 @@ def hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """Isolate the test; fail it when it changed the cwd (the home guard is home_guard). Yields the cache dir."""
     cwd = os.getcwd()
     cache = hermetic_env(monkeypatch, tmp_path / "env")
+    # rich takes COLUMNS when the console is made, at import: in a pytest-xdist worker it was 80 then
+    for c in (console.console, console.err_console):
+        monkeypatch.setattr(c, "width", 200)
     yield cache
     # the CLI installs a handler on the 'patchset' logger bound to this test's captured stderr
     logger = logging.getLogger("patchset")
@@ -141,17 +163,20 @@ def proj(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
 def real_pin_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A PATCHSET_CACHE holding the real pin (`upstream/llama.cpp.toml`), verified.
 
-    Fetched once per session (a 77 MB sdist from the PyPI mirror through pip). Set
+    Fetched once per run, every worker sharing it (a 77 MB sdist from the PyPI mirror through pip). Set
     PATCHSET_TEST_CACHE to a folder to reuse a warm cache between runs; it is then kept.
     """
     keep = os.environ.get("PATCHSET_TEST_CACHE")
-    cache = Path(keep) if keep else tmp_path_factory.mktemp("real-pin-cache")
+    shared = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    # the workers share one (fetch holds the cache's lock: one fetches, the others find it there)
+    cache = Path(keep) if keep else run_dir(tmp_path_factory) / "real-pin-cache"
     with pytest.MonkeyPatch.context() as mp:
         # pip runs under the same isolation as the tests (its own HOME and cache, empty git config)
         hermetic_env(mp, tmp_path_factory.mktemp("real-pin-env"))
+        cache.mkdir(parents=True, exist_ok=True)
         upstream.fetch(cache, load_pin(REPO_ROOT / "upstream" / "llama.cpp.toml"))
     yield cache
-    if not keep:
+    if not keep and not shared:  # another worker may still read a shared one: pytest removes old runs
         shutil.rmtree(cache, ignore_errors=True)
 
 

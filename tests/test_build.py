@@ -62,9 +62,12 @@ def test_failed_build_names_the_first_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(find_ccache() is None, reason="no ccache here (the project's [ccache] extra)")
-def test_another_checkout_in_another_folder_compiles_from_the_cache(tmp_path: Path) -> None:
-    # the session's one ccache (conftest): the first build fills it, a copy of the tree at another path
-    # built in another folder finds every compile there, as the verify worktree does after `patchset build`
+def test_another_checkout_in_another_folder_compiles_from_the_cache(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first build fills the cache, a copy of the tree at another path built in another folder finds every
+    # compile there, as the verify worktree does after `patchset build`; a cache of its own, whose counts no
+    # other worker of the suite moves
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
     first = build(dataclasses.replace(spec(make_tree(tmp_path / "work"), tmp_path / "build-a"), use_ccache=True))
     assert first.ok and first.ccache_misses
     other = build(dataclasses.replace(spec(make_tree(tmp_path / "verify" / "src"), tmp_path / "build-b"),

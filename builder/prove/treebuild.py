@@ -194,5 +194,3 @@ def tree_path(file: str, src: Path, build_dir: Path) -> str:
         return (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
     except ValueError:
         return file
-
-

@@ -52,13 +52,16 @@ _SCRUB = (
 
 # The modules that take minutes, longest first. Under pytest-xdist (pyproject's addopts: a module to a worker
 # at a time, in collection order) each starts at once on a worker of its own, not last on a worker that
-# has finished everything else. The rest keep their order.
+# has finished everything else. The modules that build trees the build module builds too come last, when
+# the shared compiler cache has them. The rest keep their order.
 LONGEST_FIRST = ("test_integration_build.py", "test_integration_wheel.py")
+AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstream.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    rank |= {name: len(LONGEST_FIRST) + 1 + i for i, name in enumerate(AFTER_THE_BUILDS)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
 
 
 def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:

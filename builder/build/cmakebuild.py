@@ -379,7 +379,7 @@ def compiled_path(build_dir: Path, file: str) -> str:
     """A file as the compiler named it in `build_dir` (relative to the folder under ccache's base_dir,
     or through the tree link) as the path of the file itself."""
     p = build_dir / file
-    return str(p.resolve()) if (TREE_LINK in Path(file).parts or not Path(file).is_absolute()) and p.exists() else file
+    return str(p.resolve()) if p.exists() else file
 
 
 def _wipe(build_dir: Path, keep: Path) -> None:

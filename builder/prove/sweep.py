@@ -414,11 +414,11 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     patched_commit = git.rev(PATCHED) or ""
     # a program of the series' own is the same test in both trees only when the series leaves its
     # source alone: a pin without the option a patch added (test-llama-archs --opt) would only fail
-    same = {prog for prog in programs_for(src, series) if prog in buildmod.DEFAULT_PROGRAMS
-            or git.blob(other_commit, f"tests/{prog}.cpp") == git.blob(patched_commit, f"tests/{prog}.cpp")}
+    same = tuple(prog for prog in programs_for(src, series) if prog in buildmod.DEFAULT_PROGRAMS
+                 or git.blob(other_commit, f"tests/{prog}.cpp") == git.blob(patched_commit, f"tests/{prog}.cpp"))
     other_spec = buildmod.BuildSpec(
         source=src, build_dir=build_dir(project, opts.backend, f"against-{safe}"), backend=opts.backend,
-        programs=tuple(p for p in programs_for(src, series) if p in same), jobs=opts.jobs, cuda_arch=opts.cuda_arch,
+        programs=same, jobs=opts.jobs, cuda_arch=opts.cuda_arch,
     )
     other_build = buildmod.build(other_spec, progress)
     if not other_build.ok:

@@ -162,6 +162,58 @@ def test_a_llama_function_that_falls_off_its_end_does_not_build(tmp_path: Path) 
     assert "return-type" in r.first_error.message
 
 
+# llama-common with a source no test program reaches (it does not even compile) and one reached only through
+# another header, and a definition (common_twice) in a source whose name is no header's
+COMMON_FILES = {
+    "common/CMakeLists.txt": ("llama_add_compile_flags()\n"
+                              "add_library(llama-common STATIC common.cpp log.cpp chat.cpp twice.cpp)\n"
+                              "target_include_directories(llama-common PUBLIC .)\n"
+                              "target_link_libraries(llama-common PUBLIC llama)\n"),
+    "common/common.h": '#pragma once\n#include "log.h"\nint common_calc(int);\nint common_twice(int);\n',
+    "common/log.h": "#pragma once\nint common_log(int);\n",
+    "common/log.cpp": '#include "log.h"\nint common_log(int x) { return x; }\n',
+    "common/common.cpp": ('#include "common.h"\n#include "llama.h"\n'
+                          "int common_calc(int x) { return common_log(llama_calc(x)); }\n"),
+    "common/chat.h": "#pragma once\nint common_chat(int);\n",
+    "common/chat.cpp": '#include "chat.h"\n#error "not reached by the test program"\n',
+    "common/twice.cpp": '#include "common.h"\nint common_twice(int x) { return 2 * x; }\n',
+}
+
+
+def _compiled(build_dir: Path) -> set[str]:
+    out = subprocess.run([find_tool("ninja").path, "-C", str(build_dir), "-t", "compdb"],
+                         capture_output=True, text=True, check=True).stdout
+    return {Path(e["file"]).name for e in json.loads(out)}
+
+
+def test_llama_common_compiles_only_the_sources_the_test_programs_reach(tmp_path: Path) -> None:
+    tree = make_llama_tree(tmp_path / "tree")
+    for rel, text in COMMON_FILES.items():
+        (tree / rel).write_text(text)
+    r = build(dataclasses.replace(spec(tree, tmp_path / "build"), programs=("test-llama-calc",)))
+    assert r.ok, r.log.read_text()[-2000:]
+    assert {"common.cpp", "log.cpp"} <= _compiled(r.build_dir)
+    assert not {"chat.cpp", "twice.cpp"} & _compiled(r.build_dir)
+    out = subprocess.run([str(r.bin_dir / "test-llama-calc")], capture_output=True, text=True, check=True)
+    assert out.stdout == "  calc(x=1): OK\n"
+
+
+def test_a_definition_in_a_source_no_header_names_builds_all_of_llama_common(tmp_path: Path) -> None:
+    tree = make_llama_tree(tmp_path / "tree")
+    for rel, text in COMMON_FILES.items():
+        (tree / rel).write_text(text)
+    (tree / "common/chat.cpp").write_text('#include "chat.h"\nint common_chat(int x) { return x; }\n')
+    (tree / "tests/test-llama-calc.cpp").write_text(
+        '#include "common.h"\n#include <cstdio>\n'
+        'int main() { printf("  twice(x=1): %s\\n", common_twice(1) == 2 ? "OK" : "FAIL"); }\n')
+    r = build(dataclasses.replace(spec(tree, tmp_path / "build"), programs=("test-llama-calc",)))
+    # the build with common.cpp and log.cpp cannot link common_twice: built again with all four
+    assert r.ok, r.log.read_text()[-2000:]
+    assert {"common.cpp", "log.cpp", "chat.cpp", "twice.cpp"} <= _compiled(r.build_dir)
+    out = subprocess.run([str(r.bin_dir / "test-llama-calc")], capture_output=True, text=True, check=True)
+    assert out.stdout == "  twice(x=1): OK\n"
+
+
 def test_first_error_reads_cmake_errors() -> None:
     log = "-- Configuring\nCMake Error at CMakeLists.txt:38 (message):\n  patchset: test program x missing\n"
     err = first_error(log)

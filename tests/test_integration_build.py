@@ -51,6 +51,11 @@ def test_minimal_build_has_the_test_programs(built) -> None:
     assert any(name.startswith("libllama.") for name in inputs("test-llama-archs"))
     for program in ("test-opt", "test-backend-ops"):
         assert not any(name.startswith(("libllama.", "libllama-common.")) for name in inputs(program)), program
+    # of llama-common, the sources its headers lead test-llama-archs to (common.cpp, log.cpp, sampling.cpp, ...),
+    # not the chat templates and argument parsing it never calls, and no second build with all of them
+    common = {Path(line).name for line in inputs("common/libllama-common.so") if line.endswith(".o")}
+    assert {"common.cpp.o", "log.cpp.o", "sampling.cpp.o"} <= common, common
+    assert not {"chat.cpp.o", "arg.cpp.o"} & common, common
 
 
 def test_rebuild_is_a_noop(project: Project, built) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
+from builder.build import llamacommon
 from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
@@ -177,7 +178,8 @@ class BuildResult:
         return self.ccache_hits / total if total else None
 
 
-def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
+def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, llama_common: str = llamacommon.ALL) -> list[str]:
+    """The configure options of `spec`; `llama_common` is the minimal build's PATCHSET_LLAMA_COMMON."""
     prof = profile(spec.backend)
     args = [f"-DCMAKE_BUILD_TYPE={spec.build_type}", f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
             *prof.cmake_args, *_TEST_SAFE]
@@ -196,6 +198,8 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None) -> list[str]:
         llama = [p for p in spec.programs if links_llama(spec.source, p)]
         args += [f"-DPATCHSET_SOURCE={spec.build_dir / TREE_LINK}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}",
                  f"-DPATCHSET_LLAMA_TESTS={';'.join(llama)}"]
+        if llama:
+            args.append(f"-DPATCHSET_LLAMA_COMMON={llama_common}")
     else:
         args += list(_FULL_ARGS)
     return args + list(spec.extra_cmake_args)
@@ -273,8 +277,30 @@ def first_error(log_text: str) -> CompilerError | None:
 
 
 def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
-    """Configure (when needed) and build; a failed build is a result with ok=False, not an exception."""
+    """Configure (when needed) and build; a failed build is a result with ok=False, not an exception.
+
+    A minimal build whose test programs link llama-common compiles only the sources of it they reach
+    (builder/build/llamacommon.py). When that build fails with no compiler or CMake error, as a link
+    that misses a symbol does, it is built once more with all of llama-common, and that result stands.
+    """
     progress = progress or NullProgress()
+    reached = _reached_common(spec)
+    result = _build(spec, progress, ";".join(reached) or llamacommon.ALL)
+    if reached and not result.ok and result.first_error is None:
+        log.warning("%s: the build with the llama-common sources its test programs reach failed with no compiler "
+                 "error: building again with all of llama-common", spec.build_dir)
+        result = _build(spec, progress, llamacommon.ALL)
+    return result
+
+
+def _reached_common(spec: BuildSpec) -> tuple[str, ...]:
+    """The llama-common sources the minimal build of `spec` compiles (empty: all, or no llama at all)."""
+    if spec.targets != "minimal":
+        return ()
+    return llamacommon.reached_sources(spec.source, tuple(p for p in spec.programs if links_llama(spec.source, p)))
+
+
+def _build(spec: BuildSpec, progress: ProgressSink, llama_common: str) -> BuildResult:
     prof = profile(spec.backend)
     if spec.targets not in TARGET_SETS:
         raise InputError(f"unknown target set '{spec.targets}' (known: {', '.join(TARGET_SETS)})")
@@ -285,7 +311,7 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
                          + (" (use --backend metal for a compile check)" if spec.backend == "metal" else ""))
     cmake, ninja = find_tool("cmake"), find_tool("ninja")
     ccache = find_ccache() if spec.use_ccache else None
-    args = cmake_args(spec, ninja, ccache)
+    args = cmake_args(spec, ninja, ccache, llama_common)
     src_dir = MINIMAL_CMAKE_DIR if spec.targets == "minimal" else spec.source
     record = {"source": str(spec.source), "cmake_source": str(src_dir), "args": args, "generator": "Ninja"}
     spec.build_dir.mkdir(parents=True, exist_ok=True)

@@ -287,8 +287,8 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     reached = _reached_common(spec)
     result = _build(spec, progress, ";".join(reached) or llamacommon.ALL)
     if reached and not result.ok and result.first_error is None:
-        log.warning("%s: the build with the llama-common sources its test programs reach failed with no compiler "
-                 "error: building again with all of llama-common", spec.build_dir)
+        log.warning("%s: the build with the llama-common sources its test programs reach failed with no "
+                    "compiler error: building again with all of llama-common", spec.build_dir)
         result = _build(spec, progress, llamacommon.ALL)
     return result
 

@@ -178,8 +178,10 @@ class BuildResult:
         return self.ccache_hits / total if total else None
 
 
-def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, llama_common: str = llamacommon.ALL) -> list[str]:
-    """The configure options of `spec`; `llama_common` is the minimal build's PATCHSET_LLAMA_COMMON."""
+def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, *, llama: tuple[str, ...],
+               llama_common: str) -> list[str]:
+    """The configure options of `spec`; `llama` (llama_programs) and `llama_common` are the minimal
+    build's PATCHSET_LLAMA_TESTS and PATCHSET_LLAMA_COMMON."""
     prof = profile(spec.backend)
     args = [f"-DCMAKE_BUILD_TYPE={spec.build_type}", f"-DCMAKE_MAKE_PROGRAM={ninja.path}",
             *prof.cmake_args, *_TEST_SAFE]
@@ -195,7 +197,6 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, llama_common: s
     else:
         args.append("-DGGML_CCACHE=OFF")
     if spec.targets == "minimal":
-        llama = [p for p in spec.programs if links_llama(spec.source, p)]
         args += [f"-DPATCHSET_SOURCE={spec.build_dir / TREE_LINK}", f"-DPATCHSET_TESTS={';'.join(spec.programs)}",
                  f"-DPATCHSET_LLAMA_TESTS={';'.join(llama)}"]
         if llama:
@@ -284,23 +285,22 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     that misses a symbol does, it is built once more with all of llama-common, and that result stands.
     """
     progress = progress or NullProgress()
-    reached = _reached_common(spec)
-    result = _build(spec, progress, ";".join(reached) or llamacommon.ALL)
+    llama = llama_programs(spec) if spec.targets == "minimal" else ()
+    reached = llamacommon.reached_sources(spec.source, llama)
+    result = _build(spec, progress, llama, ";".join(reached) or llamacommon.ALL)
     if reached and not result.ok and result.first_error is None:
         log.warning("%s: the build with the llama-common sources its test programs reach failed with no "
                     "compiler error: building again with all of llama-common", spec.build_dir)
-        result = _build(spec, progress, llamacommon.ALL)
+        result = _build(spec, progress, llama, llamacommon.ALL)
     return result
 
 
-def _reached_common(spec: BuildSpec) -> tuple[str, ...]:
-    """The llama-common sources the minimal build of `spec` compiles (empty: all, or no llama at all)."""
-    if spec.targets != "minimal":
-        return ()
-    return llamacommon.reached_sources(spec.source, tuple(p for p in spec.programs if links_llama(spec.source, p)))
+def llama_programs(spec: BuildSpec) -> tuple[str, ...]:
+    """The programs of `spec` that link libllama and llama-common in a minimal build."""
+    return tuple(p for p in spec.programs if links_llama(spec.source, p))
 
 
-def _build(spec: BuildSpec, progress: ProgressSink, llama_common: str) -> BuildResult:
+def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llama_common: str) -> BuildResult:
     prof = profile(spec.backend)
     if spec.targets not in TARGET_SETS:
         raise InputError(f"unknown target set '{spec.targets}' (known: {', '.join(TARGET_SETS)})")
@@ -311,7 +311,7 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama_common: str) -> BuildR
                          + (" (use --backend metal for a compile check)" if spec.backend == "metal" else ""))
     cmake, ninja = find_tool("cmake"), find_tool("ninja")
     ccache = find_ccache() if spec.use_ccache else None
-    args = cmake_args(spec, ninja, ccache, llama_common)
+    args = cmake_args(spec, ninja, ccache, llama=llama, llama_common=llama_common)
     src_dir = MINIMAL_CMAKE_DIR if spec.targets == "minimal" else spec.source
     record = {"source": str(spec.source), "cmake_source": str(src_dir), "args": args, "generator": "Ninja"}
     spec.build_dir.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ _SOURCE_SUFFIXES = (".cpp", ".c")
 def reached_sources(tree: Path, programs: tuple[str, ...]) -> tuple[str, ...]:
     """The sources of `tree`/common (paths in that folder, sorted) whose headers `programs`
     (tests/<name>.cpp each) reach; empty when they reach none."""
-    common = tree / "common"
+    common = (tree / "common").resolve()
     sources: set[str] = set()
     seen: set[str] = set()
     todo: list[str] = []
@@ -47,19 +47,18 @@ def reached_sources(tree: Path, programs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _common_includes(file: Path, common: Path) -> list[str]:
-    """The headers of common/ that `file` includes (paths in common/), looked up as the compiler
-    does: beside the file first, then in common/ (an include folder of llama-common's users)."""
+    """The headers of common/ (`common`, resolved) that `file` includes (paths in common/), looked up as
+    the compiler does: beside the file first, then in common/ (an include folder of llama-common's users)."""
     try:
         text = file.read_text(errors="replace")
     except OSError:
         return []
-    root = common.resolve()
     found = []
     for name in _INCLUDE.findall(text):
         for candidate in (file.parent / name, common / name):
             path = candidate.resolve()
             if path.is_file():
-                if path.is_relative_to(root) and path.suffix in (".h", ".hpp"):
-                    found.append(path.relative_to(root).as_posix())
+                if path.is_relative_to(common) and path.suffix in (".h", ".hpp"):
+                    found.append(path.relative_to(common).as_posix())
                 break
     return found

@@ -29,7 +29,15 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import TRAILER_PREFIX, Patch, Series, load_series, parse_approval, parse_trailers
+from builder.series.model import (
+    TRAILER_PREFIX,
+    Patch,
+    Series,
+    depends_closure,
+    load_series,
+    parse_approval,
+    parse_trailers,
+)
 from builder.series.refresh import format_mails
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
@@ -213,18 +221,21 @@ class Chain:
         return result
 
 
-def find_deps(chain: Chain, patch: Patch, earlier: list[Patch]) -> list[Patch]:
-    """The earlier patches `patch` needs to apply on the pin: add them (the nearest that touches a
-    file in play first) until it applies, then leave out any it does not need after all."""
+def find_deps(chain: Chain, patch: Patch, earlier: list[Patch], declared: list[Patch] | None = None) -> list[Patch]:
+    """The earlier patches `patch` needs on the pin: those it declares (`Patchset-Depends`, with
+    theirs), and, where it still does not apply, the ones it does not apply without: add them (the
+    nearest that touches a file in play first) until it applies, then leave out any it does not
+    need after all (never a declared one)."""
     def applies(deps: list[Patch]) -> bool:
         order = sorted(deps, key=lambda p: p.index)
         return chain.tree(tuple(p.path for p in [*order, patch])) is not None
 
-    if applies([]):
-        return []
-    chosen: list[Patch] = []
-    files = set(patch.files)
-    pool = list(reversed(earlier))
+    required = list(declared or [])
+    if applies(required):
+        return sorted(required, key=lambda p: p.index)
+    chosen: list[Patch] = list(required)
+    files = set(patch.files).union(*(set(p.files) for p in required))
+    pool = [p for p in reversed(earlier) if p not in required]
     while pool:
         cand = next((p for p in pool if files & set(p.files)), pool[0])
         pool.remove(cand)
@@ -237,7 +248,7 @@ def find_deps(chain: Chain, patch: Patch, earlier: list[Patch]) -> list[Patch]:
                          "run `patchset apply` and `patchset refresh` first")
     for p in sorted(chosen, key=lambda p: p.index):
         trial = [q for q in chosen if q is not p]
-        if applies(trial):
+        if p not in required and applies(trial):
             chosen = trial
     return sorted(chosen, key=lambda p: p.index)
 
@@ -507,7 +518,7 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
     opts = ctx.opts
     slug = slug_of(patch)
     earlier = [p for p in ctx.series.patches if p.index < patch.index]
-    deps = find_deps(ctx.chain, patch, earlier)
+    deps = find_deps(ctx.chain, patch, earlier, depends_closure(ctx.series, patch))
     parent = ctx.base
     dep_mails: dict[str, str] = {}
     applied: list[Patch] = []

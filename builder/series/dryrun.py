@@ -145,7 +145,7 @@ class RebaseReport:
         }
 
 
-class _Scratch:
+class Scratch:
     """A bare scratch repository and one temporary index in it."""
 
     def __init__(self, root: Path, borrow: list[Path]) -> None:
@@ -289,7 +289,7 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
     old = upstream.fetch(project.cache_dir, old_pin)
     new = upstream.fetch(project.cache_dir, new_pin)
     new_commit = new_pin.commit or new.commit
-    with _scratch([old.repo / "objects", new.repo / "objects"]) as sc:
+    with scratch_repo([old.repo / "objects", new.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
         # most moves: the whole series applies as is on the new base (and so on its own): every
@@ -309,7 +309,7 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
         return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
 
 
-def _checked(sc: _Scratch, patches: tuple[Patch, ...], report: RebaseReport, old: Fetched, new: Fetched,
+def _checked(sc: Scratch, patches: tuple[Patch, ...], report: RebaseReport, old: Fetched, new: Fetched,
              check: Check, new_pin: Pin) -> RebaseReport:
     """The report with patch-id matches and `check`'s verdict on every row."""
     old_bases: list[str] = []
@@ -405,7 +405,7 @@ def dry_run_apply(project: Project) -> RebaseReport:
     pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)
     fetched = upstream.fetch(project.cache_dir, pin)
-    with _scratch([fetched.repo / "objects"]) as sc:
+    with scratch_repo([fetched.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
         if mails and sc.applies_all(fetched.tree, mails):
@@ -416,15 +416,15 @@ def dry_run_apply(project: Project) -> RebaseReport:
 
 
 @contextlib.contextmanager
-def _scratch(borrow: list[Path]) -> Iterator[_Scratch]:
+def scratch_repo(borrow: list[Path]) -> Iterator[Scratch]:
     root = Path(tempfile.mkdtemp(prefix="patchset-dry-run-"))
     try:
-        yield _Scratch(root, borrow)
+        yield Scratch(root, borrow)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _table(sc: _Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
+def _table(sc: Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
            ) -> list[PatchReport]:
     """Each patch on `new_tree` carried forward, in order. With `old_tree` (the series' own base,
     where every patch applies) `depends` is found by applying there without the failed patches;
@@ -487,7 +487,7 @@ def _builds_on(mails: list[Path], failed: list[int], mail: Path, names: list[str
     return ""
 
 
-def _try(sc: _Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, str]:
+def _try(sc: Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, str]:
     """One patch on the carried tree: its report and the tree to carry on with."""
     ok, after = sc.apply(tree, mail)
     if ok:
@@ -502,7 +502,7 @@ def _try(sc: _Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, s
     return PatchReport(name, CONFLICT, tuple(dict.fromkeys(unmerged + files)), tuple(hunks)), tree
 
 
-def _blame(sc: _Scratch, base: str, before: list[Path], failed: list[int], mail: Path, names: list[str]) -> str:
+def _blame(sc: Scratch, base: str, before: list[Path], failed: list[int], mail: Path, names: list[str]) -> str:
     """The first failed patch f such that the patch applies on the old base with every earlier
     patch except the failed ones after f (see the module docstring)."""
     for k, f in enumerate(failed):

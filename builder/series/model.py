@@ -38,7 +38,7 @@ TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
-    "Patchset-Effect", "Patchset-Upstream",
+    "Patchset-Effect", "Patchset-Upstream", "Patchset-Depends", "Patchset-Not-In-CI",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
            "Patchset-Origin"}
@@ -61,6 +61,36 @@ class TestSpec:
     def __str__(self) -> str:
         prefix = f"[{','.join(self.backends)}] " if self.backends is not None else ""
         return prefix + " ".join([self.program, *self.args])
+
+
+@dataclass(frozen=True)
+class NotInCI:
+    """A `Patchset-Not-In-CI: PROGRAM ARGS: REASON` trailer: a test command of the patch that no
+    CTest entry of upstream's tree runs, and why that is acceptable."""
+
+    program: str
+    args: tuple[str, ...]
+    reason: str
+
+    def matches(self, test: TestSpec) -> bool:
+        return (self.program, self.args) == (test.program, test.args)
+
+
+def _parse_not_in_ci(value: str) -> NotInCI:
+    command, sep, reason = value.partition(": ")
+    if not sep or not reason.strip():
+        raise ValueError("expected 'PROGRAM ARGS: REASON' (the test command as Patchset-Test writes it, then why "
+                         "upstream's CI does not run it)")
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise ValueError(f"cannot split '{command}': {e}") from e
+    if not words or not re.match(r"^[A-Za-z0-9_.-]+$", words[0]):
+        raise ValueError("names no test program")
+    return NotInCI(words[0], tuple(words[1:]), reason.strip())
+
+
+_DEPENDS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 
 
 @dataclass(frozen=True)
@@ -143,6 +173,10 @@ class PatchMeta:
     """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
     effects: tuple[str, ...] = ()
     """The measured effect of the fix, or the test that shows it, one line each."""
+    depends: tuple[str, ...] = ()
+    """`Patchset-Depends`: file names of earlier patches of the series this one needs."""
+    not_in_ci: tuple[NotInCI, ...] = ()
+    """`Patchset-Not-In-CI`: test commands upstream's CI does not run, each with the reason."""
 
     @property
     def status(self) -> str:
@@ -360,6 +394,8 @@ def meta_from_trailers(
         findings.append(Finding(path, _line_of(text, f"{key}: {value}") or _line_of(text, key), f"{key}: {why}"))
 
     effects: list[str] = []
+    depends: list[str] = []
+    not_in_ci: list[NotInCI] = []
     for key, value in trailers:
         if not key.lower().startswith(TRAILER_PREFIX.lower()):
             continue
@@ -451,8 +487,21 @@ def meta_from_trailers(
                 bad(key, value, "is empty")
             else:
                 effects.append(value)
+        elif canon == "Patchset-Depends":
+            wanted = value.split()
+            wrong = [n for n in wanted if not _DEPENDS.match(n)]
+            if wrong or not wanted:
+                bad(key, value, f"expected the file name of an earlier patch of the series (NNNN-subject.patch), "
+                                f"not '{' '.join(wrong) or value}'")
+            else:
+                depends += [n for n in wanted if n not in depends]
+        elif canon == "Patchset-Not-In-CI":
+            try:
+                not_in_ci.append(_parse_not_in_ci(value))
+            except ValueError as e:
+                bad(key, value, str(e))
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
-                     **kw), findings
+                     depends=tuple(depends), not_in_ci=tuple(not_in_ci), **kw), findings
 
 
 def _upstream_problem(word: str, ref: str) -> str:
@@ -650,6 +699,7 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
                      if missing else found)
         if patch is not None:
             patches.append(patch)
+    findings += depends_findings(patches)
     listed = {e.name for e in entries}
     mutations = {m for p in patches for m in p.meta.mutation}
     if patches_dir.is_dir():
@@ -658,6 +708,40 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
             if rel not in listed and rel not in mutations and not rel.startswith("mutations/"):
                 findings.append(Finding(path, 0, "patch file is not listed in the series"))
     return Series(series_file, tuple(patches)), findings
+
+
+def depends_findings(patches: list[Patch]) -> list[Finding]:
+    """A `Patchset-Depends` that names no patch of the series, or one that is not earlier."""
+    index = {p.name: p.index for p in patches}
+    found: list[Finding] = []
+    for p in patches:
+        if not p.meta.depends:
+            continue
+        text = p.path.read_text(encoding="utf-8", errors="replace")
+        for name in p.meta.depends:
+            line = _line_of(text, f"Patchset-Depends: {name}") or _line_of(text, name)
+            if name not in index:
+                found.append(Finding(p.path, line, f"Patchset-Depends: '{name}' is not a patch of the series"))
+            elif index[name] >= p.index:
+                found.append(Finding(p.path, line, f"Patchset-Depends: '{name}' is not earlier in the series "
+                                                   f"(it is number {index[name]}, this patch {p.index})"))
+    return found
+
+
+def depends_closure(series: Series, patch: Patch) -> list[Patch]:
+    """The earlier patches `patch` declares it needs, with theirs, in series order (unknown or
+    later names are `check`'s to report and are left out here)."""
+    by_name = {p.name: p for p in series.patches}
+    seen: dict[str, Patch] = {}
+    todo = list(patch.meta.depends)
+    while todo:
+        name = todo.pop()
+        dep = by_name.get(name)
+        if dep is None or dep.index >= patch.index or name in seen:
+            continue
+        seen[name] = dep
+        todo += dep.meta.depends
+    return sorted(seen.values(), key=lambda p: p.index)
 
 
 def _read_mail(path: Path) -> bytes | None:

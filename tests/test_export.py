@@ -187,9 +187,17 @@ def test_every_mail_applies_alone_equals_the_patch_and_carries_no_trailer(tproj:
         r = am(checkout, pkg.directory / name)
         assert r.returncode == 0, r.stderr
         assert git(checkout, "log", "-1", "--format=%an <%ae>") == AUTHOR
-        # the commit message is the patch's, minus our trailers, and nothing else
-        assert git(checkout, "log", "-1", "--format=%B").strip() == strip_trailers(
+        # the commit message is the author's to write: the subject, then a placeholder for the body;
+        # the series' message (minus our trailers) is offered as notes, marked as such, in NOTES.md
+        series_message = strip_trailers(
             git(tproj.scratch, "log", "-1", "--format=%B", tproj.commits[int(name[:4]) - 1])).strip()
+        subject, _, body = series_message.partition("\n\n")
+        sent = git(checkout, "log", "-1", "--format=%B").strip()
+        assert sent.startswith(subject + "\n\n[FILL IN: the commit message in your own words")
+        assert not body or body not in sent
+        notes = files["NOTES.md"]
+        assert notes.startswith("# Notes for the author: not for upstream\n")
+        assert "written by AI" in notes and series_message in notes
         assert pkg.deps == ()
         assert git(tproj.work, "rev-parse", f"refs/heads/pr/{pkg.slug}^") == tproj.upstream.commit
 
@@ -223,6 +231,49 @@ def test_a_patch_that_needs_an_earlier_one_names_it_and_applies_with_it(tmp_path
     assert [d.name[:4] for d in deps] == ["0001"]
     r = am(checkout, *deps, third.directory / p.series()[2])
     assert r.returncode == 0, r.stderr
+
+
+def test_a_declared_dependency_rides_on_the_branch_and_is_named(tmp_path: Path, cache_dir: Path) -> None:
+    up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
+    first = "0001-a-three.patch"
+    series = [
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 3;")},
+         "a : three\n\nPatchset-Upstream: not-sent\n"),
+        # applies alone (another file), but needs the first (say, its API): the series declares it
+        ({"src/b.c": (up.src / "src/b.c").read_text().replace("n++", "n += 1")},
+         f"b : count up\n\nPatchset-Upstream: not-sent\nPatchset-Depends: {first}\n"),
+    ]
+    p = make_project(tmp_path, up, cache_dir, patches=series)
+    assert p.series()[0] == first
+
+    result = run_export(p, cover=True)
+
+    second = result.packages[1]
+    assert second.deps == (first,)
+    pr = (second.directory / "PR.md").read_text()
+    assert re.search(r"^  - `a : three` \(#\[FILL IN: the PR number of a-three\]; declared by the series\)$",
+                     pr, re.M), pr
+    log = git(p.work, "log", "--format=%s", f"{up.commit}..refs/heads/pr/{second.slug}").splitlines()
+    assert log == ["b : count up", "a : three"]
+    # the submit plan: the dependency's pull request first, one open at a time
+    submit = (second.directory / "submit.txt").read_text()
+    assert "It needs the changes of: a : three. Send it after their pull requests are merged" in submit
+    assert result.cover is not None
+    cover = result.cover.read_text()
+    assert re.search(r"^1\. a : three: .*the pull request \(0001-a-three/v1/submit.txt\)$", cover, re.M), cover
+    assert re.search(rf"^2\. b : count up: .*the pull request, once the pull requests of {first} are merged", cover,
+                     re.M), cover
+
+
+def test_the_submit_plan_opens_the_issue_first_and_one_pull_request_at_a_time(tproj: Proj) -> None:
+    pkg = run_export(tproj).packages[0]
+    submit = (pkg.directory / "submit.txt").read_text()
+    issue, branch, pr = (submit.index(x) for x in ("gh issue create", "git am ", "gh pr create"))
+    assert issue < branch < pr
+    assert "# 1. The issue (its number goes into PR.md):" in submit
+    assert "keep one pull request open at a time" in submit
+    # the mail applied with the author's commit message in their own clone, never the work repository's branch
+    assert "git -C" not in submit and f'git am "$PKG/{tproj.series()[0]}"' in submit
 
 
 def test_no_author_is_refused_and_our_own_identity_too(tproj: Proj, monkeypatch: pytest.MonkeyPatch,
@@ -302,13 +353,19 @@ def test_check_fails_on_a_placeholder_and_passes_once_filled(tproj: Proj,
     path, line = Path(listed[0][0]), int(listed[0][1])
     assert placeholder_pattern().search(path.read_text().splitlines()[line - 1])
 
+    # the mail waits for the commit message in the author's words
+    mails = re.findall(r"^(\S+/\d{4}-[^/\s]+\.patch):(\d+): unfilled \[FILL IN: the commit message", out, re.M)
+    assert len(mails) == 3, out
+
     pat = placeholder_pattern()
     for f in (tproj.project.state_dir / "export").rglob("*"):
-        if f.name in ("PR.md", "ISSUE.md", "submit.txt"):
+        if f.name in ("PR.md", "ISSUE.md", "submit.txt") or f.suffix == ".patch":
             f.write_text(pat.sub("filled in by a person", f.read_text()))
     assert main(argv) == 0, capsys.readouterr().out
-    # filled packages are left as they are by a re-export
+    # filled packages are left as they are by a re-export, the mail with the author's message too
     assert "filled in by a person" in next((tproj.project.state_dir / "export").rglob("PR.md")).read_text()
+    mail = Path(mails[0][0]).read_text()
+    assert "filled in by a person" in mail and "FILL IN" not in mail
 
 
 def test_v2_keeps_v1_and_writes_the_range_diff(tproj: Proj) -> None:

@@ -293,7 +293,7 @@ def test_needs_approval_is_a_line_in_the_report_and_pr_md_not_an_error(approvals
     filled = p.project.state_dir / "export"
     for pr in filled.glob("*/v1/PR.md"):
         pr.write_text(placeholder_pattern().sub("done", pr.read_text()))
-    for f in [*filled.glob("*/v1/ISSUE.md"), *filled.glob("*/v1/submit.txt")]:
+    for f in [*filled.glob("*/v1/ISSUE.md"), *filled.glob("*/v1/submit.txt"), *filled.glob("*/v1/[0-9]*.patch")]:
         f.write_text(placeholder_pattern().sub("done", f.read_text()))
     again = run_patchset("--project", str(p.root), "export", "--author", AUTHOR, "--check", env=dict(os.environ))
     assert again.returncode == 0, again.stdout + again.stderr

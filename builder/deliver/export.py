@@ -46,8 +46,11 @@ from builder.upstream.pin import Pin, load_pin
 ACK_TRAILER = "Patchset-Ack"
 APPROVAL_TRAILER = "Patchset-Approval"
 MAIL_FILES = ("PR.md", "ISSUE.md", "submit.txt")
-"""The files of a package that may hold placeholders."""
+"""The files of a package, besides the patch's own mail, that may hold placeholders."""
+NOTES = "NOTES.md"
+"""The series' message of the patch, offered to the author as notes (never sent)."""
 GENERATED = ".generated.json"
+_MAIL_NAME = re.compile(r"\d{4}-[^/]*\.patch")
 # identities patchset itself writes with; an upstream mail must never carry one
 _OWN_EMAILS = {"patchset@invalid", "patchset@localhost", "verify@patchset.invalid"}
 _IDENT = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>")
@@ -163,6 +166,40 @@ def strip_trailers(message: str) -> str:
         while out and not out[-1].strip():
             out.pop()
     return "\n".join(out) + "\n"
+
+
+def commit_message(patch: Patch) -> str:
+    """The message of the exported commit: the subject, then a placeholder where the body goes,
+    then the trailers that are not ours (Signed-off-by and friends).
+
+    llama.cpp's AGENTS.md closes a pull request whose commit messages were written by AI; the
+    body of the series' message is offered as notes (NOTES.md), never sent as the author's words.
+    """
+    stripped = strip_trailers(patch.message)
+    subject = stripped.splitlines()[0]
+    others = [f"{k}: {v}" for k, v in parse_trailers(stripped) if not k.lower().startswith(TRAILER_PREFIX.lower())]
+    body = templates.placeholder(f"the commit message in your own words: what was wrong, what the change does and "
+                                 f"how you tested it; {NOTES} holds the series' message as notes")
+    return "\n\n".join([subject, body, *(["\n".join(others)] if others else [])]) + "\n"
+
+
+def notes_for_author(patch: Patch, mail_name: str) -> str:
+    """NOTES.md: the series' message of the patch, marked as notes for the author."""
+    return "\n".join([
+        "# Notes for the author: not for upstream",
+        "",
+        "llama.cpp closes a pull request whose description or commit messages were written by AI",
+        "(AGENTS.md, \"Prohibited AI Usage\"). Below is the message this patch carries in the series. Read",
+        f"it as notes: write the commit message (the placeholder in {mail_name}) and PR.md's",
+        "description yourself, in your own words. Do not paste from here.",
+        "",
+        "## The series' message",
+        "",
+        "~~~text",
+        strip_trailers(patch.message).rstrip("\n"),
+        "~~~",
+        "",
+    ])
 
 
 def acknowledgements(patch: Patch) -> dict[str, str]:
@@ -310,9 +347,11 @@ def _read_deps(vdir: Path) -> list[str]:
 
 
 def find_placeholders(vdir: Path) -> list[Placeholder]:
+    """The unfilled placeholders of a version folder: in PR.md, ISSUE.md, submit.txt and the mail."""
     pat = templates.placeholder_pattern()
     found: list[Placeholder] = []
-    for name in MAIL_FILES:
+    mails = sorted(p.name for p in vdir.glob("[0-9][0-9][0-9][0-9]-*.patch")) if vdir.is_dir() else []
+    for name in [*MAIL_FILES, *mails]:
         f = vdir / name
         if not f.exists():
             continue
@@ -333,10 +372,12 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
            f"- Issue: #{templates.placeholder('the number of the issue opened from ISSUE.md')}",
            f"- Base: {ctx.pin.name} {ctx.pin.tag} (`{ctx.pin.commit}`)"]
     if deps:
-        out.append("- Depends on: this branch also carries the earlier commit(s) it does not apply without:")
+        declared = {d.name for d in depends_closure(ctx.series, patch)}
+        out.append("- Depends on: this branch also carries the earlier commit(s) it needs:")
         for d in deps:
+            why = "declared by the series" if d.name in declared else "it does not apply without it"
             out.append(f"  - `{strip_trailers(d.message).splitlines()[0]}` "
-                       f"(#{templates.placeholder('the PR number of ' + slug_of(d))})")
+                       f"(#{templates.placeholder('the PR number of ' + slug_of(d))}; {why})")
     else:
         out.append("- Depends on: nothing; applies alone on the base")
     out += ["", "Files touched:", ""]
@@ -432,40 +473,53 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
 
 
 def _submit(ctx: _Ctx, patch: Patch, has_issue: bool, issue_title: str, mail_name: str,
-            dep_mails: list[str]) -> str:
-    """The commands for the human, with no path of this machine in them: they run from the
-    package's folder, and name the work repository and the fork through variables."""
+            dep_mails: list[str], deps: list[Patch]) -> str:
+    """The submit plan for the human, in order, with no path of this machine in it: it runs from
+    the package's folder and names the fork and the clone through variables.
+
+    The order is upstream's (CONTRIBUTING.md, "Before you start"): a bug-fix pull request must come
+    with a reproducible issue, so the issue is opened first and PR.md names it; a new contributor
+    keeps one pull request open at a time, so this one waits for the ones it depends on.
+    """
     subject = strip_trailers(patch.message).splitlines()[0]
     base_branch = templates.package_conf()["pr"]["base_branch"]
     slug = slug_of(patch)
     lines = [
-        "# Run these yourself from the folder that holds this file, after you have filled in every",
-        "# placeholder of ISSUE.md and PR.md (`patchset export --check` lists what is left).",
+        "# The submit plan: run it yourself, step by step, from the folder that holds this file, once every",
+        "# placeholder is filled in (`patchset export --check` lists what is left): ISSUE.md, PR.md, and the",
+        f"# mail, whose commit message you write in your own words ({NOTES} has notes for it). The mail:",
+        f"# {mail_name}",
         "# Export never pushes and never runs gh.",
-        "# GH_USER: your GitHub user; FORK: the git remote of your fork.",
+        "# GH_USER: your GitHub user; FORK: the git remote of your fork; CLONE: your clone of upstream.",
+        "#",
+        "# Order (upstream's CONTRIBUTING.md): a bug fix comes with a reproducible issue, opened first; as a",
+        "# new contributor keep one pull request open at a time: send this one when no other is open.",
     ]
+    if deps:
+        lines.append("# It needs the changes of: " + "; ".join(strip_trailers(d.message).splitlines()[0] for d in deps)
+                     + ". Send it after their pull requests are merged (this branch carries them until then).")
+    step = 1
     if has_issue:
-        lines.append(f"gh issue create --repo {ctx.repo_slug} --title {shlex.quote(issue_title)} "
-                     "--body-file ISSUE.md")
-    if ctx.base == ctx.pin.commit:
-        lines += [f"# WORK: the work repository `patchset apply` made (it prints its path); it holds branch pr/{slug}",
-                  f"git -C \"$WORK\" push \"$FORK\" pr/{slug}"]
-    else:
+        lines += [f"# {step}. The issue (its number goes into PR.md):",
+                  f"gh issue create --repo {ctx.repo_slug} --title {shlex.quote(issue_title)} --body-file ISSUE.md"]
+        step += 1
+    mails = " ".join(f"\"$PKG/{m}\"" for m in [*dep_mails, mail_name])
+    lines.append(f"# {step}. The branch: the mail with your commit message, on upstream's commit {ctx.pin.commit}.")
+    if ctx.base != ctx.pin.commit:
         # the pin came from a source archive: the work repository's base is a stand-in commit with
-        # no history, and pushing pr/<slug> would push the whole tree as an unrelated root
-        mails = " ".join(f"\"$PKG/{m}\"" for m in [*dep_mails, mail_name])
-        lines += [
-            "# The pin came from a source archive here (a stand-in commit, not upstream's own), so the",
-            f"# branch pr/{slug} of the work repository cannot be pushed: apply the mails in your clone",
-            "# of upstream instead (CLONE: its folder).",
-            "PKG=$(pwd)",
-            "cd \"$CLONE\"",
-            f"git checkout -b pr/{slug} {ctx.pin.commit}",
-            f"git am {mails}",
-            f"git push \"$FORK\" pr/{slug}",
-            "cd \"$PKG\"",
-        ]
+        # no history, and its branch could only be pushed as an unrelated root
+        lines.append("#    (The pin came from a source archive here: only your clone has upstream's history.)")
     lines += [
+        "PKG=$(pwd)",
+        "cd \"$CLONE\"",
+        f"git checkout -b pr/{slug} {ctx.pin.commit}",
+        f"git am {mails}",
+        f"git push \"$FORK\" pr/{slug}",
+        "cd \"$PKG\"",
+    ]
+    step += 1
+    lines += [
+        f"# {step}. The pull request, as a draft:",
         f"gh pr create --draft --repo {ctx.repo_slug} --base {base_branch} --head \"$GH_USER:pr/{slug}\" "
         f"--title {shlex.quote(subject)} --body-file PR.md",
         # the trailer's own name stays out: no package file carries our trailers
@@ -527,7 +581,7 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
         tree = ctx.chain.tree(tuple(q.path for q in applied))
         if tree is None:  # find_deps has applied this very sequence
             raise PatchsetError(f"{p.name}: no longer applies on the pin")
-        parent = _commit(ctx.git, tree, parent, strip_trailers(p.message), ctx.author, p.date)
+        parent = _commit(ctx.git, tree, parent, commit_message(p), ctx.author, p.date)
         if p is not patch:
             dep_mails[f"deps/{p.index:04d}-{slug_of(p)}.patch"] = format_mails(ctx.git, "-1", parent)[0][1].decode()
     head = parent
@@ -536,11 +590,11 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
     original = patch.path.read_text(encoding="utf-8", errors="replace")
     if _patch_id(mail) != _patch_id(original):
         raise PatchsetError(f"{patch.name}: the exported diff differs from the patch's (patch-id); not exported")
-    message_part = mail[: mail.find("\ndiff --git ") + 1]
-    leak = next((n for n, ln in enumerate(message_part.splitlines(), 1) if TRAILER_PREFIX in ln), 0)
+    # the series' message goes out as the author's notes (NOTES.md): nothing of ours may be in it
+    leak = next((n for n, ln in enumerate(strip_trailers(patch.message).splitlines(), 1) if TRAILER_PREFIX in ln), 0)
     if leak:
         raise InputError(f"{patch.name}: its message mentions '{TRAILER_PREFIX}' outside the trailer block "
-                         f"(line {leak} of the exported mail); reword it: nothing of ours may go upstream")
+                         f"(line {leak} of the message); reword it: nothing of ours may go upstream")
     findings = _findings(ctx, patch, original, mail, parent_of_head, head)
     mail_name = f"{patch.index:04d}-{slug}.patch"
     dropped: tuple[str, ...] = ()
@@ -556,6 +610,7 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
             files["dropped.txt"] = "Left out for ggml (llama.cpp files):\n" + "".join(f"{d}\n" for d in dropped)
     else:
         files[mail_name] = mail
+        files[NOTES] = notes_for_author(patch, mail_name)
         files.update(dep_mails)
         pr_template = ctx.git.run("show", f"{ctx.base}:{templates.package_conf()['pr']['template']}", check=False)
         pr_facts = _pr_facts(ctx, patch, deps, mail_name, parent_of_head, head, findings)
@@ -573,18 +628,19 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
         ldir = pkg / f"v{latest}"
         old_mail_path = next(iter(sorted(ldir.glob("[0-9][0-9][0-9][0-9]-*.patch"))), None)
         old_mail = old_mail_path.read_text(encoding="utf-8", errors="replace") if old_mail_path else ""
-        if old_mail == mail and _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
+        if _same_change(old_mail, mail) and \
+                _read_deps(ldir) == sorted(Path(k).name for k in files if k.startswith("deps/")):
             if branch:
                 _set_branch(ctx, slug, branch, head, latest)
                 files["submit.txt"] = _submit(ctx, patch, "ISSUE.md" in files, issue_title, mail_name,
-                                              sorted(dep_mails))
+                                              sorted(dep_mails), deps)
             notes = _refresh_generated(ldir, files)
             return PackageResult(patch.name, slug, ldir, latest, "unchanged", dep_names, branch, tuple(findings),
                                  dropped, None, _placeholders_if(opts, ldir), notes)
     version = latest + 1
     if branch:
         files["submit.txt"] = _submit(ctx, patch, "ISSUE.md" in files, issue_title, mail_name,
-                                      sorted(dep_mails))
+                                      sorted(dep_mails), deps)
     range_diff = None
     if latest:
         files[f"range-diff-v{latest}-v{version}.txt"] = _range_diff(ctx, slug, latest, head, old_mail, mail,
@@ -599,13 +655,25 @@ def _export_one(ctx: _Ctx, patch: Patch) -> PackageResult:
                          range_diff, _placeholders_if(opts, final))
 
 
+def _same_change(old: str, new: str) -> bool:
+    """The same diff and subject: the message body is the author's to write, their edit is no new version."""
+    def subject(mail: str) -> str:
+        return next((ln for ln in mail.splitlines() if ln.startswith("Subject: ")), "")
+    return bool(old) and subject(old) == subject(new) and _patch_id(old) == _patch_id(new)
+
+
+def _editable(names: list[str]) -> list[str]:
+    """The files of a package a person edits: the mail files, NOTES.md and the patch's mail."""
+    return [n for n in names if n in MAIL_FILES or n == NOTES or _MAIL_NAME.fullmatch(n)]
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _generated_record(files: dict[str, str]) -> str:
     """What export wrote into the files a person edits, to tell their edits from ours later."""
-    return json.dumps({name: _sha(files[name]) for name in MAIL_FILES if name in files}, indent=1) + "\n"
+    return json.dumps({name: _sha(files[name]) for name in _editable(list(files))}, indent=1) + "\n"
 
 
 def _refresh_generated(vdir: Path, files: dict[str, str]) -> tuple[str, ...]:
@@ -618,9 +686,9 @@ def _refresh_generated(vdir: Path, files: dict[str, str]) -> tuple[str, ...]:
     except (OSError, ValueError):
         record = {}
     notes: list[str] = []
-    for name in MAIL_FILES:
+    for name in _editable(list(files)):
         path = vdir / name
-        if name not in files or not path.exists() or _sha(files[name]) == record.get(name):
+        if not path.exists() or _sha(files[name]) == record.get(name):
             continue
         if _sha(path.read_text(encoding="utf-8", errors="replace")) == record.get(name):
             atomic_write_text(path, files[name])
@@ -683,6 +751,19 @@ def _cover(ctx: _Ctx, results: list[PackageResult]) -> Path:
         subject = strip_trailers(p.message).splitlines()[0]
         rows.append([str(p.index), subject, deps, status, pkg, "; ".join(ev_cells) or "-"])
     lines += clean.table(["#", "patch", "depends on", "status", "package", "evidence"], rows)
+    lines += ["", "## Submission order", "",
+              "Upstream's CONTRIBUTING.md: a bug fix comes with a reproducible issue, opened first; a new "
+              "contributor keeps one pull request open at a time. So, one after the other:", ""]
+    n = 0
+    for p in ctx.series.patches:
+        r = by_name.get(p.name)
+        if r is None:
+            continue
+        n += 1
+        issue = "the issue (ISSUE.md), then " if (r.directory / "ISSUE.md").exists() else ""
+        after = f", once the pull requests of {', '.join(r.deps)} are merged" if r.deps else ""
+        lines.append(f"{n}. {strip_trailers(p.message).splitlines()[0]}: {issue}the pull request{after} "
+                     f"({r.directory.relative_to(ctx.out)}/submit.txt)")
     path = ctx.out / "COVER.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -135,8 +135,14 @@ def test_a_dependency_that_is_unknown_or_not_earlier_is_an_error_with_its_line(t
 
 
 # -- api-before -----------------------------------------------------------------------------------
+PURE_API = ({"include/calc.h": CALC_H + "int calc_ready(void);\n",
+             "src/calc.c": CALC_C + "\nint calc_ready(void) {\n    return 1;\n}\n",
+             "tests/test-calc.cpp": TEST_CALC.replace("calc_add(1, 2) == 3", "calc_ready() && calc_add(1, 2) == 3")},
+            msg("calc : add a readiness query", "Patchset-Test: test-calc\nPatchset-Test-Paths: tests/test-calc.cpp\n"
+                                                "Patchset-Before: build-fails\n"))
+# the same query beside a change of behaviour (the clamp): the clamp's cases never ran without the fix
 NEW_API = ({"include/calc.h": CALC_H + "int calc_ready(void);\n",
-            "src/calc.c": CALC_C + "\nint calc_ready(void) {\n    return 1;\n}\n",
+            "src/calc.c": CLAMP + "\nint calc_ready(void) {\n    return 1;\n}\n",
             "tests/test-calc.cpp": TEST_CALC.replace("calc_add(1, 2) == 3", "calc_ready() && calc_add(1, 2) == 3")},
            msg("calc : add a readiness query", "Patchset-Test: test-calc\nPatchset-Test-Paths: tests/test-calc.cpp\n"
                                                "Patchset-Before: build-fails\n"))
@@ -160,6 +166,7 @@ def test_build_fails_on_an_api_the_patch_adds_is_reported(tmp_path: Path, up, ca
     found = strict(p)
     assert len(found) == 1, found
     assert "build-fails" in found[0] and "calc_ready (include/calc.h)" in found[0]
+    assert "beside a change of behaviour (src/calc.c:" in found[0]
     assert "'calc_ready' was not declared" in found[0]
     line = int(found[0].split(":")[1])
     assert (p.patches / p.series()[0]).read_text().splitlines()[line - 1].startswith("Patchset-Before:")
@@ -167,6 +174,11 @@ def test_build_fails_on_an_api_the_patch_adds_is_reported(tmp_path: Path, up, ca
 
 def test_build_fails_where_the_change_is_the_api_passes(tmp_path: Path, up, cache_dir: Path) -> None:  # type: ignore[no-untyped-def]
     p = project(tmp_path, up, cache_dir, [CHANGED_API])
+    assert strict(p) == []
+
+
+def test_build_fails_where_the_fix_only_adds_the_api_passes(tmp_path: Path, up, cache_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    p = project(tmp_path, up, cache_dir, [PURE_API])
     assert strict(p) == []
 
 

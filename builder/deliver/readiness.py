@@ -7,8 +7,10 @@
   to compile only because it calls a declaration the fix adds: the behavioural cases never ran
   without the fix. Read from the diff and the tree: a name declared in an added header line of
   the fix, used by an added line of the test part, that no file of the tree before the patch
-  holds (`git grep -w`). A changed declaration (patch 2's return type) names what the tree knows:
-  the change is the API, and it passes. The compile errors of the committed evidence that name
+  holds (`git grep -w`), while the fix also changes behaviour (a hunk of its sources that removes
+  code, or adds code that defines none of the new names). A changed declaration (patch 2's return
+  type) names what the tree knows, and a fix that only adds the API defines it and nothing else:
+  there the change is the API, and it passes. The compile errors of the committed evidence that name
   the new API are quoted, never the only signal.
 - ci-reach: every `Patchset-Test` command is one upstream's CI runs: a CTest entry of the tree
   after the patch (`tests/CMakeLists.txt`, read by `ctest.entries`) with the same program and
@@ -143,14 +145,36 @@ def _api_before(git: GitRepo, patch: Patch, text: str, before: str, errors: list
     used = unknown_before(git, before, used) if used else set()
     if not used:
         return []
+    behaviour = behaviour_hunks(mail, test_paths, set(added))
+    if not behaviour:
+        return []  # the fix adds the API and nothing else: the change is the API
     where = ", ".join(f"{n} ({added[n]})" for n in sorted(used))
     quoted = [e for e in errors if any(re.search(rf"\b{re.escape(n)}\b", e) for n in used)]
     seen = f"; the committed evidence's compile error: {quoted[0]}" if quoted else ""
     return [Finding(patch.path, _line(text, "Patchset-Before:"),
-                    f"Patchset-Before: build-fails, and the test calls what this patch adds: {where}; the before "
-                    "tree fails to compile, so no behavioural case runs without the fix. Build the behavioural "
+                    f"Patchset-Before: build-fails, and the test calls what this patch adds: {where}, beside a "
+                    f"change of behaviour ({behaviour[0]}); the before tree fails to compile, so no behavioural "
+                    "case runs without the fix. Build the behavioural "
                     "cases without the new API (split or guarded) and see them fail before the fix"
                     f"{seen} (--strict)")]
+
+
+def behaviour_hunks(mail: diffparse.Mail, test_paths: tuple[str, ...], new: set[str]) -> list[str]:
+    """FILE:LINE of each hunk of the fix's sources that changes behaviour: one that removes code, or
+    adds code without defining one of the `new` names (a definition starts in column 0, as git's hunk
+    headers find it; a call is indented). Headers and comment or blank lines change none."""
+    found: list[str] = []
+    for f in mail.files:
+        if _in_paths(f.path, test_paths) or PurePosixPath(f.path).suffix in HEADER_SUFFIXES:
+            continue
+        for h in f.hunks:
+            def code(lines: tuple[diffparse.Line, ...]) -> list[str]:
+                return [ln.text for ln in lines if ln.text.strip() and not _COMMENT.match(ln.text)]
+            removed, added = code(h.removed), code(h.added)
+            defines = any(re.match(rf"^[A-Za-z_].*\b{re.escape(n)}\s*\(", t) for t in added for n in new)
+            if removed or (added and not defines):
+                found.append(f"{f.path}:{h.new_start}")
+    return found
 
 
 def _committed_build_errors(evidence_root: Path) -> dict[str, list[str]]:

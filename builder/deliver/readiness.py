@@ -29,6 +29,7 @@ from builder.deliver.export import Chain, find_deps
 from builder.errors import InputError
 from builder.gitrepo import GitRepo
 from builder.project import Project
+from builder.prove.hunks import in_paths
 from builder.series.dryrun import scratch_repo
 from builder.series.model import Finding, Patch, Series, TestSpec, depends_closure
 from builder.upstream.fetch import fetch
@@ -101,10 +102,6 @@ def _depends(chain: Chain, series: Series, patch: Patch, text: str) -> list[Find
 
 
 # -- api-before -----------------------------------------------------------------------------------
-def _in_paths(path: str, paths: tuple[str, ...]) -> bool:
-    return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in paths)
-
-
 def declared_names(line: str) -> set[str]:
     """Names an added header line declares (functions, macros, types); none for a comment line."""
     if _COMMENT.match(line):
@@ -119,7 +116,7 @@ def header_declarations(mail: diffparse.Mail, test_paths: tuple[str, ...]) -> di
     """name -> header: the names declared in added lines of the fix part's headers."""
     found: dict[str, str] = {}
     for f in mail.files:
-        if _in_paths(f.path, test_paths) or PurePosixPath(f.path).suffix not in HEADER_SUFFIXES or f.is_deleted:
+        if in_paths(f.path, test_paths) or PurePosixPath(f.path).suffix not in HEADER_SUFFIXES or f.is_deleted:
             continue
         for ln in f.added():
             for name in declared_names(ln.text):
@@ -139,7 +136,7 @@ def _api_before(git: GitRepo, patch: Patch, text: str, before: str, errors: list
     test_paths = patch.meta.test_paths or DEFAULT_TEST_PATHS
     mail = diffparse.parse(text)
     added = header_declarations(mail, test_paths)
-    used = {name for f in mail.files if _in_paths(f.path, test_paths) for ln in f.added()
+    used = {name for f in mail.files if in_paths(f.path, test_paths) for ln in f.added()
             for name in added if re.search(rf"\b{re.escape(name)}\b", ln.text)}
     # a name the tree before the patch knows (a changed signature: the change is the API) is not new
     used = unknown_before(git, before, used) if used else set()
@@ -165,7 +162,7 @@ def behaviour_hunks(mail: diffparse.Mail, test_paths: tuple[str, ...], new: set[
     headers find it; a call is indented). Headers and comment or blank lines change none."""
     found: list[str] = []
     for f in mail.files:
-        if _in_paths(f.path, test_paths) or PurePosixPath(f.path).suffix in HEADER_SUFFIXES:
+        if in_paths(f.path, test_paths) or PurePosixPath(f.path).suffix in HEADER_SUFFIXES:
             continue
         for h in f.hunks:
             def code(lines: tuple[diffparse.Line, ...]) -> list[str]:

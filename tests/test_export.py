@@ -287,6 +287,11 @@ def test_no_author_is_refused_and_our_own_identity_too(tproj: Proj, monkeypatch:
         export(tproj.project, ExportOptions())
     assert main(["--project", str(tproj.root), "export", "--author", "patchset <patchset@invalid>"]) == 2
     assert "placeholder identity" in capsys.readouterr().err
+    # any address that receives no mail (RFC 6761), as a machine's guess user@host.localdomain
+    assert main(["--project", str(tproj.root), "export", "--author", "Build Bot <bot@ci.invalid>"]) == 2
+    assert main(["--project", str(tproj.root), "export", "--author", "Root <root@host.localdomain>"]) == 2
+    err = capsys.readouterr().err
+    assert "receives no mail" in err and len(err.strip().splitlines()) == 2
     assert not (tproj.project.state_dir / "export").exists()
     # the user's git identity is used when there is one
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Git User")

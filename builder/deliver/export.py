@@ -53,6 +53,7 @@ GENERATED = ".generated.json"
 _MAIL_NAME = re.compile(r"\d{4}-[^/]*\.patch")
 # identities patchset itself writes with; an upstream mail must never carry one
 _OWN_EMAILS = {"patchset@invalid", "patchset@localhost", "verify@patchset.invalid"}
+_NO_MAIL_DOMAINS = {"invalid", "localhost", "localdomain", "test"}
 _IDENT = re.compile(r"^\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>")
 
 
@@ -139,6 +140,11 @@ def resolve_author(given: str | None, cwd: Path) -> tuple[str, str]:
     if email.lower() in _OWN_EMAILS:
         raise InputError(f"author <{email}> is patchset's own placeholder identity, not a person: pass "
                          "--author 'Name <mail>' or set git's user.name and user.email")
+    domain = email.rsplit("@", 1)[1].lower().rstrip(".")
+    if domain.split(".")[-1] in _NO_MAIL_DOMAINS:
+        # RFC 6761 reserves these names: no mail is ever delivered there, so no person reads it
+        raise InputError(f"author <{email}> is a placeholder address ('{domain}' receives no mail), not a "
+                         "person's: pass --author 'Name <mail>' or set git's user.name and user.email")
     return name, email
 
 

@@ -294,6 +294,8 @@ struct ggml_metal_encoder {
     bool                  has_buf[REPLAY_MAX_BINDINGS] = {};
 
     int n_barriers = 0;
+
+    bool has_nil_buffer = false;
 };
 
 ggml_metal_encoder_t ggml_metal_encoder_init(ggml_metal_cmd_buf_t cmd_buf_raw, bool concurrent) {
@@ -339,6 +341,14 @@ void ggml_metal_encoder_set_buffer(ggml_metal_encoder_t encoder, struct ggml_met
 
     encoder->bufs[idx]    = buffer;
     encoder->has_buf[idx] = true;
+
+    if (buffer.metal == nullptr) {
+        encoder->has_nil_buffer = true;
+    }
+}
+
+bool ggml_metal_encoder_has_nil_buffer(ggml_metal_encoder_t encoder) {
+    return encoder->has_nil_buffer;
 }
 
 void ggml_metal_encoder_set_threadgroup_memory_size(ggml_metal_encoder_t encoder, size_t size, int idx) {

@@ -50,5 +50,9 @@ replay_nil_counter * replay_current_counter();
 // what the graph compute tells the trace about the node being encoded
 void replay_set_current_node(int compute, const ggml_tensor * node);
 
+// patch 1's encoder query (ggml-metal-device.h of the patched tree), defined for every tree: true once a nil buffer
+// was bound to the encoder
+extern "C" bool ggml_metal_encoder_has_nil_buffer(ggml_metal_encoder_t encoder);
+
 // the host memory behind a tensor of a Metal buffer (through the buffer-id lookup), nullptr if none
 char * replay_tensor_host_ptr(ggml_metal_buffer_t buf, const ggml_tensor * t);

@@ -21,7 +21,7 @@ from helpers import (
     start_patchset,
 )
 
-from builder.errors import LockError
+from builder.errors import EXIT_LOCKED, LockError
 from builder.locking import project_lock
 from builder.series.apply import apply
 from builder.series.workrepo import WorkRepo
@@ -71,7 +71,7 @@ def test_second_verb_refuses_naming_the_first(proj: Proj, tmp_path: Path, first:
         r = run_patchset("--project", str(proj.root), *second, env={"PATCHSET_LOCK_TIMEOUT": "0.5"})
     finally:
         rc, out = _release(holder, flag)
-    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.returncode == EXIT_LOCKED == 7, r.stdout + r.stderr
     assert f"patchset {first[0]} (pid {holder.pid}" in r.stderr
     assert "Traceback" not in r.stderr
     assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1
@@ -107,8 +107,8 @@ def test_second_verb_waits_for_the_first(proj: Proj, tmp_path: Path) -> None:
 _TAKE = """
 import sys
 from pathlib import Path
-from builder.errors import LockError
-from builder.errors import LockError
+from builder.errors import EXIT_LOCKED, LockError
+from builder.errors import EXIT_LOCKED, LockError
 from builder.locking import project_lock
 try:
     with project_lock(Path(sys.argv[1]), timeout=float(sys.argv[2]), purpose="child"):

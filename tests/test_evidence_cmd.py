@@ -255,3 +255,24 @@ def test_a_device_verify_keeps_the_proofs_it_did_not_redo_only_while_they_hold(p
     assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "c", {}, new_sha,
                                                                  "2026-12-01T10:00:03Z")))[0] == 0
     assert json.loads((docs / "cuda" / "verify.json").read_text())["patches"] == {}
+
+
+def test_bad_json_given_by_the_user_is_bad_input_naming_the_file_and_line(proj: Path, tmp_path: Path) -> None:
+    """A run folder's or the committed evidence's JSON that does not parse is the user's input: exit 2
+    with `FILE:LINE:` (json's own line number) in one line, never exit 70 ("a bug in patchset")."""
+    mail = proj / "patches" / PATCH
+    out = gpu_output(tmp_path / "out", committed.sha256_file(mail))
+    (out / "test.json").write_text('{\n "cases": [\n  {"log": "x.log",}\n ]\n}\n')
+    code, lines = evidence(proj, "update", "--from", str(out))
+    assert code == 2, lines
+    errors = [ln for ln in lines if "error" in ln]
+    assert len(errors) == 1 and f"{out / 'test.json'}:3: not valid JSON: " in errors[0], lines
+    assert not (proj / "docs" / "evidence").exists()
+
+    assert evidence(proj, "update")[0] == 0
+    manifest = proj / "docs" / "evidence" / "MANIFEST.json"
+    text = manifest.read_text()
+    line = text[:text.index('"files": {')].count("\n") + 1
+    manifest.write_text(text.replace('"files": {', '"files": {{', 1))
+    code, lines = evidence(proj, "check")
+    assert code == 2 and f"{manifest}:{line}: not valid JSON: " in "\n".join(lines), lines

@@ -29,7 +29,7 @@ from builder.build import cmakebuild as buildmod
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.errors import InputError
-from builder.fsutil import atomic_write_text, sha256_file
+from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.locking import project_lock
 from builder.project import Project
 from builder.prove import backends_doc, evidence
@@ -102,8 +102,8 @@ def load_manifest(root: Path) -> dict[str, Entry]:
     path = root / MANIFEST
     if not path.exists():
         return {}
+    data = load_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
         return {name: Entry(**e) for name, e in data["files"].items()}
@@ -255,7 +255,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
         if pending is not None:
             existing = json.loads(pending[0]).get("patches", {})
         elif (folder / "verify.json").exists():
-            existing = json.loads((folder / "verify.json").read_text(encoding="utf-8")).get("patches", {})
+            existing = load_json(folder / "verify.json").get("patches", {})
         merged = {**existing, **found}
         kept = set(existing) - set(found)
         # the patches kept from before stay covered, with the bytes and command they were proven with
@@ -359,12 +359,10 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
         raise InputError(f"{folder}: no run-*.json: not an output folder of tools/gpu/run.sh")
     loaded = []
     for rpath in runs:
-        try:
-            run = json.loads(rpath.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise InputError(f"{rpath}: not a run record: {e}") from e
-        if run.get("format") != "patchset-device-run/1":
-            raise InputError(f"{rpath}: format {run.get('format')!r}, expected patchset-device-run/1")
+        run = load_json(rpath)
+        if not isinstance(run, dict) or run.get("format") != "patchset-device-run/1":
+            got = run.get("format") if isinstance(run, dict) else type(run).__name__
+            raise InputError(f"{rpath}: format {got!r}, expected patchset-device-run/1")
         loaded.append((rpath, run))
     claimed: set[str] = set()
     programs = series_programs(now.series)
@@ -380,8 +378,7 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
         outputs = _outputs(run)
         proven = []
         if "verify.json" in outputs and (folder / "verify.json").exists():
-            proven = [f"{stem}.patch" for stem in json.loads((folder / "verify.json").read_text(encoding="utf-8"))
-                      .get("patches", {})]
+            proven = [f"{stem}.patch" for stem in load_json(folder / "verify.json").get("patches", {})]
         text = json.dumps(_clean_json(run), indent=1) + "\n"
         out.add(f"{backend}/{rpath.name}", text, invocation, *common, inputs, programs, proven)
         claimed.add(rpath.name)
@@ -391,7 +388,7 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
                 continue
             body = src.read_text(encoding="utf-8", errors="replace")
             if name.endswith(".json"):
-                body = json.dumps(_clean_json(json.loads(body)), indent=1) + "\n"
+                body = json.dumps(_clean_json(load_json(src)), indent=1) + "\n"
             else:
                 body = clean.relative(body)
             rel = f"{backend}/{name}"
@@ -470,7 +467,7 @@ def counts_block(series: Series, docs_root: Path) -> str:
     rows: list[list[str]] = []
     names = {p.name.removesuffix(".patch"): p for p in series.patches}
     for folder in sorted(p for p in docs_root.glob("*") if (p / "verify.json").exists()):
-        data = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
+        data = load_json(folder / "verify.json")
         for stem, ev in sorted(data.get("patches", {}).items()):
             patch = names.get(stem)
             if patch is None or not isinstance(ev, dict):

@@ -4,6 +4,8 @@ with a few bugs, and one patch per outcome verify can reach."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -240,3 +242,23 @@ def test_user_work_untouched(verified) -> None:
     assert "M README" in after["status"] and "?? notes.txt" in after["status"]
     # verify never moves the user's branches, HEAD or work tree, nor touches patches/ or the pin
     assert after == before
+
+
+def test_another_compiler_is_another_key_and_the_proof_is_made_again(verified, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence's key holds the compiler as the record of what a proof depends on does: a proof
+    made with one compiler is neither reused nor carried over under another."""
+    project, _, _ = verified
+    real = shutil.which("c++")
+    assert real
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "c++").write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "c++ (Other) 99.1"; exit 0; }}\n'
+                              f'exec {real} "$@"\n')
+    (fake / "c++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    again = verify(project, ["1"], backends=["cpu"])
+    assert again.verdicts[0].outcome == PROVEN and not again.verdicts[0].reused, again.verdicts[0].reason
+    assert json.loads(again.verdicts[0].evidence_json.read_text())["host"]["compiler"] == "c++ (Other) 99.1"
+    monkeypatch.undo()
+    assert not verify(project, ["1"], backends=["cpu"]).verdicts[0].reused  # and back

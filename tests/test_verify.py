@@ -262,3 +262,22 @@ def test_another_compiler_is_another_key_and_the_proof_is_made_again(verified, t
     assert json.loads(again.verdicts[0].evidence_json.read_text())["host"]["compiler"] == "c++ (Other) 99.1"
     monkeypatch.undo()
     assert not verify(project, ["1"], backends=["cpu"]).verdicts[0].reused  # and back
+
+
+def test_a_patch_without_test_paths_has_its_test_part_in_tests(tmp_path: Path) -> None:
+    """No `Patchset-Test-Paths`: the test part is `tests`, the same in every module. Here its test uses
+    the API the fix adds (`Patchset-Before: build-fails`): the before tree (the pin plus tests/)
+    fails to compile in tests/ only, which proves the patch; not "fails outside the test files"."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                                   "ggml/src/calc.c": CALC_C})
+    commit_files(src, {"ggml/include/calc.h": CALC_H.replace("int calc_neg(int a);",
+                                                             "int calc_neg(int a);\nint calc_twice(int a);"),
+                       "ggml/src/calc.c": CALC_C + "int calc_twice(int a) { return 2 * a; }\n",
+                       "tests/test-twice.cpp": program_source("twice", "calc_twice(4)", 8)},
+                 "calc : add twice\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-twice\n"
+                 "Patchset-Before: build-fails\n")
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    apply(project)
+    v = verify(project, backends=["cpu"]).verdicts[0]
+    assert v.outcome == PROVEN, v.reason
+    assert "fails to compile in its test files only" in v.reason

@@ -118,7 +118,7 @@ class TreeBuilder:
         self.last_build = (used.build_dir, src)
         if not result.ok:
             errors = _compiler_errors(result.log, src, used.build_dir)
-            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_paths) for e in errors)
+            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_part) for e in errors)
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []

@@ -388,3 +388,21 @@ def test_a_forged_verify_json_is_refused_in_one_line_and_nothing_is_written(proj
     (docs / "MANIFEST.json").write_bytes(before[docs / "MANIFEST.json"])
     real = device_verify_output(tmp_path / "real", {STEM: record(proj)}, patches=[{"name": PATCH, "sha256": sha}])
     assert evidence(proj, "update", "--from", str(real))[0] == 0
+
+
+def test_check_finds_a_committed_verdict_that_verify_would_not_have_made(proj: Path) -> None:
+    """A forged record committed before --from refused it (recorded in the manifest with its sha256,
+    so not "edited since") is still found: check applies the same rules, less the bytes of the series."""
+    assert evidence(proj, "update")[0] == 0
+    docs = proj / "docs" / "evidence"
+    path = docs / "cpu" / "verify.json"
+    data = json.loads(path.read_text())
+    data["patches"][STEM] = _forge("after failed but outcome proven", data["patches"][STEM], proj)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    manifest = json.loads((docs / "MANIFEST.json").read_text())
+    manifest["files"]["cpu/verify.json"]["sha256"] = committed.sha256_file(path)
+    (docs / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    code, out = evidence(proj, "check")
+    assert code == 1, out
+    assert f"docs/evidence/cpu/verify.json: {PATCH}: not what `patchset verify` makes: proven, but the after " \
+           f"tree (with the fix) fails" in out, out

@@ -569,6 +569,25 @@ def _docs(root: Path) -> list[Path]:
     return [d for d in docs if d.exists()]
 
 
+def _unmade(path: Path, shown: str, backend: str, now: SeriesNow, stale: set[str]) -> list[Problem]:
+    """The records of a committed verify.json that `patchset verify` would not have made, for the patches
+    it is not stale for (a proof of older bytes is stale, which check says on its own)."""
+    data = load_json(path)
+    records = data.get("patches") if isinstance(data, dict) else None
+    if not isinstance(records, dict):
+        return [Problem(shown, "", "not verify's evidence (format patchset-verify-evidence/1 with its patches)")]
+    by_stem = {p.name.removesuffix(".patch"): p for p in now.series.patches}
+    found = []
+    for stem, record in sorted(records.items()):
+        patch = by_stem.get(stem)
+        if patch is None or patch.name in stale:
+            continue
+        why = rules.problems(record, rules.Expected(patch, backend, now.sha[patch.name]), rules.SELF_CONSISTENT)
+        if why:
+            found.append(Problem(shown, patch.name, f"not what `patchset verify` makes: {why[0]}"))
+    return found
+
+
 def check(series: Series, root: Path) -> list[Problem]:
     """Every problem of the committed evidence, one per file and patch (see the module docstring)."""
     docs_root = root / "docs" / "evidence"
@@ -598,6 +617,10 @@ def check(series: Series, root: Path) -> list[Problem]:
                                                      f"run `{entry.command}` again"))
     for rel in sorted(set(entries) - set(on_disk)):
         problems.append(Problem(f"docs/evidence/{rel}", "", "in the manifest but missing"))
+    for rel in on_disk:
+        if rel.endswith("/verify.json") and rel in entries:
+            problems += _unmade(docs_root / rel, f"docs/evidence/{rel}", rel.split("/")[0], now,
+                                set(entries[rel].stale_for(now)))
     for doc in _docs(root):
         for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
             for m in _CITE.finditer(line):

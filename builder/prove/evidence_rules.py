@@ -57,8 +57,9 @@ def _required(cls: type) -> list[str]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
 
 
-def problems(data: object, expected: Expected) -> list[str]:
-    """What is wrong with one patch's evidence record (an object of a verify.json), most telling first."""
+def problems(data: object, expected: Expected, rules: list[Rule] | None = None) -> list[str]:
+    """What is wrong with one patch's evidence record (an object of a verify.json), most telling first;
+    `rules`: those to apply (default RULES, every one)."""
     if not isinstance(data, dict):
         return ["not an evidence record of `patchset verify` (not a JSON object)"]
     missing = [f for f in _required(ev.Evidence) if f not in data]
@@ -75,7 +76,7 @@ def problems(data: object, expected: Expected) -> list[str]:
         record = ev.from_dict(data)
     except (TypeError, KeyError, ValueError) as e:
         return [f"not an evidence record of `patchset verify` ({e})"]
-    return [why for rule in RULES if (why := rule(record, expected))]
+    return [why for rule in (RULES if rules is None else rules) if (why := rule(record, expected))]
 
 
 # -- the rules -----------------------------------------------------------------------------------
@@ -196,3 +197,7 @@ def failure_has_its_step(e: ev.Evidence, x: Expected) -> str | None:
 
 RULES: list[Rule] = [identity, steps_consistent, proven_has_its_runs, proven_for_these_bytes, failure_has_its_step]
 """Every rule, in the order their findings are reported."""
+
+SELF_CONSISTENT: list[Rule] = [r for r in RULES if r is not proven_for_these_bytes]
+"""The rules that hold for a record whatever the series became since (`evidence check`: a proof of
+older bytes is stale, which check reports on its own, not forged)."""

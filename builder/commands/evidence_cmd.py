@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="delete the committed files that cover other bytes of a patch (after the series "
                          "changed, before its evidence is made again), once every --from folder is checked")
     sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
-                                 "(no recorded command, or edited since), cited by a doc but missing")
+                                 "(no recorded command, or edited since), a verify.json record verify would not "
+                                 "have made, cited by a doc but missing")
 
 
 def _say(text: str) -> None:

@@ -98,8 +98,6 @@ def _test_problem(t: dict) -> str | None:
         return f"`{t['command']}` passed with failures, a non-zero exit or a signal"
     if verdict in (testrun.FAILED, testrun.CRASHED) and not broke:
         return f"`{t['command']}` {verdict} with no failure, exit code or signal"
-    if verdict not in (testrun.PASSED, testrun.FAILED, testrun.CRASHED, testrun.NOTHING):
-        return f"`{t['command']}`: unknown test verdict {verdict!r}"
     return None
 
 
@@ -108,8 +106,6 @@ def steps_consistent(e: ev.Evidence, x: Expected) -> str | None:
     del x
     for s in e.steps:
         where = f"the {s.tree} tree" + (f" ({s.label})" if s.label else "")
-        if s.verdict not in _STEP_VERDICTS:
-            return f"{where}: unknown verdict {s.verdict!r}"
         if not s.commit or not s.tree_id or not s.build_command:
             return f"{where}: no commit, tree or build command"
         if not s.build_ok:
@@ -126,6 +122,8 @@ def steps_consistent(e: ev.Evidence, x: Expected) -> str | None:
             why = _test_problem(t)
             if why:
                 return f"{where}: {why}"
+        if s.verdict not in _STEP_VERDICTS:
+            continue  # a word of a later verify: what a proof needs of it is checked by proven_has_its_runs
         verdicts = [t["verdict"] for t in s.tests]
         made = ("fails" if any(v in (testrun.FAILED, testrun.CRASHED) for v in verdicts) else
                 "passes" if verdicts and all(v == testrun.PASSED for v in verdicts) else "nothing checked")

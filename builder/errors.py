@@ -15,6 +15,7 @@ EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
 EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
 EXIT_FIXED_UPSTREAM = 5  # bump: upstream fixed a patch's bug (all or part of it); nothing was changed
+EXIT_LOCKED = 7  # the project (or cache) lock is held by another command past the time we wait for it
 EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
 
 
@@ -100,7 +101,10 @@ class StateError(PatchsetError):
 
 
 class LockError(PatchsetError):
-    """Another patchset process holds the project (or cache) lock past the time we wait for it."""
+    """Another patchset process holds the project (or cache) lock past the time we wait for it: not
+    bad input (the same command succeeds once the other is done), so a code of its own."""
+
+    exit_code = EXIT_LOCKED
 
 
 class ProcessError(PatchsetError):

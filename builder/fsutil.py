@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from builder import proc
+from builder.errors import InputError
 
 
 def _umask() -> int:
@@ -54,3 +57,18 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def load_json(path: Path) -> Any:
+    """The JSON value of a file a person gives or may have edited (a run folder, committed evidence).
+
+    Bad input, not a bug: InputError in one line, `FILE:LINE: not valid JSON: why` (json's own
+    line number), or `FILE: cannot read: why`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno})") from e

@@ -125,7 +125,7 @@ def _run_tests(project: Project, backend: str, targets: str, mode: str | None, o
         # a harness of ours (the Metal replay) is built for the tree by the test run itself: a no-op when current
         harness = run_build(project, backend, targets)
         if not harness.ok:
-            raise BuildError(f"building the {backend} harness failed: {harness.first_error or 'see the log'} "
+            raise BuildError(f"building the {backend} harness failed: {harness.failure or 'see the log'} "
                              f"(log {harness.log})")
     if not (bin_dir / "test-backend-ops").exists():
         raise TestRunError(f"{bin_dir}: no test programs; run `patchset build --backend {backend}` first")

@@ -36,7 +36,8 @@ log = logging.getLogger("patchset")
 DEFAULT_TIMEOUT_S = 3600.0
 """The limit of a captured command that names none: nothing patchset runs may hang forever."""
 
-TIMEOUT_VARIABLES = ("PATCHSET_GIT_TIMEOUT", "PATCHSET_FETCH_TIMEOUT", "PATCHSET_LOCK_TIMEOUT")
+TIMEOUT_VARIABLES = ("PATCHSET_GIT_TIMEOUT", "PATCHSET_FETCH_TIMEOUT", "PATCHSET_LOCK_TIMEOUT",
+                     "PATCHSET_BUILD_TIMEOUT")
 """The environment variables that set a time limit, in seconds (README: Configuration)."""
 
 
@@ -55,6 +56,21 @@ def env_seconds(name: str, default: float) -> float:
     if not 0 <= value < float("inf"):  # NaN too
         raise InputError(f"{name}={raw!r}: not a number of seconds (give a number >= 0, e.g. {name}={default:g})")
     return value
+
+
+BUILD_TIMEOUT_S = 7200.0
+"""The default limit of each configure and build step (cmake, the wheel's build): a CUDA build of the
+whole tree on a small machine takes tens of minutes, a hung compiler or linker forever."""
+
+
+BUILD_TIMEOUT_HELP = (f"Each configure and build step runs under $PATCHSET_BUILD_TIMEOUT seconds (default "
+                      f"{BUILD_TIMEOUT_S:g}); past it the step is killed and the build has failed.")
+"""The limit as --help says it (the commands that build)."""
+
+
+def build_timeout() -> float:
+    """The time limit of each configure and build step: `$PATCHSET_BUILD_TIMEOUT` seconds, else BUILD_TIMEOUT_S."""
+    return env_seconds("PATCHSET_BUILD_TIMEOUT", BUILD_TIMEOUT_S)
 
 
 def check_timeout_variables() -> None:

@@ -61,6 +61,22 @@ def test_failed_build_names_the_first_error(tmp_path: Path) -> None:
     assert r.log.is_file() and "calc.c" in r.log.read_text()
 
 
+def test_a_build_past_its_time_limit_is_killed_and_fails_saying_so(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configure and build run under `$PATCHSET_BUILD_TIMEOUT`: past it the step is killed and the build
+    is a failed one whose message names the limit (and it is not tried again with all of llama-common)."""
+    tree = make_tree(tmp_path / "tree")
+    s = spec(tree, tmp_path / "build")
+    monkeypatch.setenv("PATCHSET_BUILD_TIMEOUT", "0.01")
+    r = build(s)
+    assert not r.ok and r.timed_out_s == 0.01
+    assert r.failure == "killed after 0.01s, the build time limit (PATCHSET_BUILD_TIMEOUT, default 7200s)"
+    assert "# killed after 0.01s (time limit)" in r.log.read_text()
+    monkeypatch.delenv("PATCHSET_BUILD_TIMEOUT")
+    again = build(s)
+    assert again.ok and again.timed_out_s is None and again.failure == ""
+
+
 @pytest.mark.skipif(find_ccache() is None, reason="no ccache here (the project's [ccache] extra)")
 def test_another_checkout_in_another_folder_compiles_from_the_cache(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,6 +115,7 @@ def test_options_before_the_verb_and_unknown_options_after_it(proj: Proj, capsys
     ("PATCHSET_FETCH_TIMEOUT", "-5"),
     ("PATCHSET_LOCK_TIMEOUT", "nan"),
     ("PATCHSET_LOCK_TIMEOUT", ""),
+    ("PATCHSET_BUILD_TIMEOUT", "2h"),
 ])
 def test_a_malformed_time_limit_is_a_one_line_usage_error_naming_it(proj: Proj, name: str, value: str) -> None:
     # not the default limit in silence: a typo in a limit would otherwise go unnoticed until it mattered

@@ -14,6 +14,10 @@ from helpers import run_patchset
 from test_export_evidence import verified  # noqa: F401  (the fixture: a project proven by verify)
 
 from builder.deliver import clean, committed
+from builder.errors import InputError
+from builder.project import load_project
+from builder.series.model import load_series
+from builder.upstream.pin import load_pin
 
 PATCH = "0001-calc-add-adds.patch"
 STEM = PATCH.removesuffix(".patch")
@@ -36,6 +40,33 @@ def proj(verified: object, tmp_path: Path) -> Path:  # noqa: F811
 def evidence(root: Path, *args: str) -> tuple[int, list[str]]:
     r = run_patchset("--project", str(root), "evidence", *args, env=dict(os.environ))
     return r.returncode, (r.stdout + r.stderr).splitlines()
+
+
+def record(root: Path, backend: str = "cpu") -> dict:
+    """verify's own evidence record of the patch (a proof on the CPU), as a device's verify.json holds
+    it; for another backend the record verify makes there: the patch declares only the CPU for its
+    proof, so on `backend` only the after tree is run (`needs cpu`)."""
+    data = json.loads((root / ".patchset" / "evidence" / STEM / "cpu.json").read_text())
+    if backend != "cpu":
+        data = {**data, "backend": backend, "outcome": "needs cpu", "depends": {},
+                "reason": "the failing-before half can only run on cpu; with the fix its tests pass",
+                "steps": [s for s in data["steps"] if s["tree"] == "after"]}
+    return data
+
+
+def device_verify_output(folder: Path, records: dict[str, object], *, backend: str = "cpu",
+                         date: str = "2026-12-01T10:00:01Z", patches: list[dict] | None = None) -> Path:
+    """What tools/gpu/run.sh leaves after its verify step: the run record and verify.json."""
+    folder.mkdir()
+    run = {"format": "patchset-device-run/1", "date": date, "backend": backend,
+           "invocation": f"tools/gpu/run.sh --backend {backend} main", "host": {"platform": "Linux-gpu", "cpus": 16},
+           "gpu": "", "pin": {"name": "llama.cpp", "tag": "b1", "commit": "0c1e570"}, "patches": patches or [],
+           "steps": [{"step": "verify", "exit": 0, "seconds": 100,
+                      "command": f"patchset verify --backend {backend} {date[-3:-1]}"}]}
+    (folder / "run-main.json").write_text(json.dumps(run))
+    (folder / "verify.json").write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": backend,
+                                                    "patches": records}))
+    return folder
 
 
 def gpu_output(folder: Path, patch_sha: str) -> Path:
@@ -137,29 +168,26 @@ def test_an_absolute_path_in_committed_evidence_is_a_problem(proj: Path) -> None
         in out
 
 
-def test_a_device_runs_patches_stay_covered_when_verify_adds_its_own(proj: Path, tmp_path: Path) -> None:
-    """verify.json merges a tools/gpu run's evidence with this machine's: the manifest keeps the
-    device run's patches (with their bytes then), so a change to one of them is still found."""
-    out = tmp_path / "cpu-out"
-    out.mkdir()
-    other = "0002-other-fix.patch"
-    run = {"format": "patchset-device-run/1", "date": "2026-11-30T06:44:53Z", "backend": "cpu",
-           "invocation": "tools/gpu/run.sh --backend cpu main", "host": {"platform": "Linux-gpu", "cpus": 16},
-           "gpu": "", "pin": {"name": "llama.cpp", "tag": "b1", "commit": "0c1e570"},
-           "patches": [{"name": PATCH, "sha256": "ab" * 32}, {"name": other, "sha256": "cd" * 32}],
-           "steps": [{"step": "verify", "exit": 0, "seconds": 100, "command": "patchset verify --backend cpu"}]}
-    (out / "run-main.json").write_text(json.dumps(run))
-    (out / "verify.json").write_text(json.dumps({"format": "patchset-verify-evidence/1", "backend": "cpu",
-                                                 "patches": {STEM: {"outcome": "proven"},
-                                                             other.removesuffix(".patch"): {"outcome": "proven"}}}))
-    assert evidence(proj, "update", "--from", str(out))[0] == 0
+def test_a_device_verdict_on_a_patch_not_in_the_series_is_refused(proj: Path, tmp_path: Path) -> None:
+    """A device run's verify.json is taken only whole: a verdict on a patch the series does not have
+    refuses it all, nothing written; a valid one is committed (this machine's own proof of the same
+    patch, newer, takes its place in cpu/verify.json)."""
+    other = "0002-other-fix"
+    refused = device_verify_output(tmp_path / "other", {STEM: record(proj), other: {**record(proj),
+                                                                                   "patch": f"{other}.patch"}})
+    code, out = evidence(proj, "update", "--from", str(refused))
+    assert code == 2 and f"{refused / 'verify.json'}: {other}.patch: refused: not a patch of the series now" \
+        in "\n".join(out), out
+    assert not (proj / "docs" / "evidence").exists()
+
+    sha = committed.sha256_file(proj / "patches" / PATCH)
+    out_dir = device_verify_output(tmp_path / "cpu-out", {STEM: record(proj)}, patches=[{"name": PATCH, "sha256": sha}])
+    assert evidence(proj, "update", "--from", str(out_dir))[0] == 0
     entry = json.loads((proj / "docs" / "evidence" / "MANIFEST.json").read_text())["files"]["cpu/verify.json"]
-    assert entry["patches"] == {PATCH: committed.sha256_file(proj / "patches" / PATCH), other: "cd" * 32}
-    assert entry["command"] == "patchset verify --backend cpu; then patchset verify --backend cpu 1"
-    code, out_lines = evidence(proj, "check")
-    assert code == 1
-    assert f"docs/evidence/cpu/verify.json: {other}: stale: covers a patch that is no longer in the series" \
-        in out_lines
+    assert entry["patches"] == {PATCH: sha}
+    assert entry["command"] == "patchset verify --backend cpu 1"
+    assert (proj / "docs" / "evidence" / "cpu" / "run-main.json").exists()
+    assert evidence(proj, "check")[0] == 0
 
 
 def test_drop_stale_removes_what_covers_other_bytes_and_check_passes_again(proj: Path) -> None:
@@ -239,13 +267,14 @@ def test_a_device_verify_keeps_the_proofs_it_did_not_redo_only_while_they_hold(p
                                                      "patches": proofs}))
         return out
 
-    assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "a", {STEM: {"outcome": "proven"}},
+    assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "a", {STEM: record(proj, "cuda")},
                                                                  sha, "2026-12-01T10:00:01Z")))[0] == 0
     assert evidence(proj, "update", "--from",
                     str(device_verify(tmp_path / "b", {}, sha, "2026-12-01T10:00:02Z")))[0] == 0
     docs = proj / "docs" / "evidence"
     entry = json.loads((docs / "MANIFEST.json").read_text())["files"]["cuda/verify.json"]
-    assert json.loads((docs / "cuda" / "verify.json").read_text())["patches"] == {STEM: {"outcome": "proven"}}
+    kept = json.loads((docs / "cuda" / "verify.json").read_text())["patches"]
+    assert list(kept) == [STEM] and kept[STEM]["outcome"] == "needs cpu"
     assert entry["proves"] == [PATCH]
     assert entry["command"] == "patchset verify --backend cuda 01; then patchset verify --backend cuda 02"
 
@@ -255,3 +284,125 @@ def test_a_device_verify_keeps_the_proofs_it_did_not_redo_only_while_they_hold(p
     assert evidence(proj, "update", "--from", str(device_verify(tmp_path / "c", {}, new_sha,
                                                                  "2026-12-01T10:00:03Z")))[0] == 0
     assert json.loads((docs / "cuda" / "verify.json").read_text())["patches"] == {}
+
+
+def test_bad_json_given_by_the_user_is_bad_input_naming_the_file_and_line(proj: Path, tmp_path: Path) -> None:
+    """A run folder's or the committed evidence's JSON that does not parse is the user's input: exit 2
+    with `FILE:LINE:` (json's own line number) in one line, never exit 70 ("a bug in patchset")."""
+    mail = proj / "patches" / PATCH
+    out = gpu_output(tmp_path / "out", committed.sha256_file(mail))
+    (out / "test.json").write_text('{\n "cases": [\n  {"log": "x.log",}\n ]\n}\n')
+    code, lines = evidence(proj, "update", "--from", str(out))
+    assert code == 2, lines
+    errors = [ln for ln in lines if "error" in ln]
+    assert len(errors) == 1 and f"{out / 'test.json'}:3: not valid JSON: " in errors[0], lines
+    assert not (proj / "docs" / "evidence").exists()
+
+    assert evidence(proj, "update")[0] == 0
+    manifest = proj / "docs" / "evidence" / "MANIFEST.json"
+    text = manifest.read_text()
+    line = text[:text.index('"files": {')].count("\n") + 1
+    manifest.write_text(text.replace('"files": {', '"files": {{', 1))
+    code, lines = evidence(proj, "check")
+    assert code == 2 and f"{manifest}:{line}: not valid JSON: " in "\n".join(lines), lines
+
+
+def _forge(how: str, data: dict, root: Path) -> dict:
+    """verify's proof of the patch, changed by hand as `how` says."""
+    steps = {s["tree"]: s for s in data["steps"]}
+    if how == "bare outcome":
+        return {"outcome": "proven"}
+    if how == "steps removed":
+        return {**data, "steps": []}
+    if how == "mutation step removed":
+        return {**data, "steps": [s for s in data["steps"] if s["tree"] != "mutation"]}
+    if how == "after failed but outcome proven":
+        t = {**steps["after"]["tests"][0], "verdict": "failed", "returncode": 1, "passed": 0, "failed": 1}
+        return {**data, "steps": [{**s, "tests": [t], "verdict": "fails"} if s["tree"] == "after" else s
+                                  for s in data["steps"]]}
+    if how == "after's counts edited to pass":
+        t = {**steps["before"]["tests"][0]}
+        return {**data, "steps": [{**s, "tests": [t]} if s["tree"] == "after" else s for s in data["steps"]]}
+    if how == "before passed":
+        t = {**steps["after"]["tests"][0]}
+        return {**data, "steps": [{**s, "tests": [t], "verdict": "passes"} if s["tree"] == "before" else s
+                                  for s in data["steps"]]}
+    if how == "log references removed":
+        return {**data, "steps": [{**s, "tests": [{**t, "log": ""} for t in s["tests"]]} for s in data["steps"]]}
+    if how == "digest of another patch":
+        # another patch's proof: its bytes, and its trees (the after tree of the mutation here)
+        other = committed.sha256_file(root / "patches" / "mutations" / "add-multiplies.patch")
+        return {**data, "depends": {**data["depends"], "patch_sha256": other},
+                "steps": [{**s, "tree_id": steps["mutation"]["tree_id"]} if s["tree"] == "after" else s
+                          for s in data["steps"]]}
+    if how == "record of another patch":
+        return {**data, "patch": "0009-some-other-fix.patch"}
+    raise AssertionError(how)
+
+
+FORGERIES = [
+    ("bare outcome",
+     "not an evidence record of `patchset verify`: no patch, subject, backend, reason, pin, steps, key"),
+    ("steps removed", "proven without exactly one before and one after step"),
+    ("mutation step removed", "proven without a run of the mutation mutations/add-multiplies.patch"),
+    ("after failed but outcome proven", "proven, but the after tree (with the fix) fails"),
+    ("after's counts edited to pass", "the after tree: verdict 'passes' but its test runs say 'fails'"),
+    ("before passed", "proven, but the before tree passes where Patchset-Before is test-fails"),
+    ("log references removed", "the before tree: a test run with no log"),
+    ("digest of another patch", "proven for other bytes of the patch (sha256 "),
+    ("record of another patch", f"the record is of 0009-some-other-fix.patch, filed under {PATCH}"),
+]
+
+
+def test_a_forged_verify_json_is_refused_in_one_line_and_nothing_is_written(proj: Path, tmp_path: Path) -> None:
+    """`--from` takes a verdict only with the runs that make it, made on the series now: a proof
+    edited by hand is refused, exit 2, one line naming the file and the patch; docs/evidence/ (and
+    what --drop-stale would delete) is left as it was."""
+    sha = committed.sha256_file(proj / "patches" / PATCH)
+    assert evidence(proj, "update")[0] == 0
+    docs = proj / "docs" / "evidence"
+    before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
+    # stale for a moment: --drop-stale would delete the committed proof
+    (docs / "MANIFEST.json").write_text((docs / "MANIFEST.json").read_text().replace(sha, "ab" * 32))
+    stale = (docs / "MANIFEST.json").read_bytes()
+    assert _stale_files(proj)
+    project = load_project(root=proj)
+    series, trees = load_series(project.patches_dir), committed.after_trees(project)
+    for n, (how, why) in enumerate(FORGERIES):
+        forged = _forge(how, record(proj), proj)
+        folder = device_verify_output(tmp_path / how.replace(" ", "-").replace("'", ""), {STEM: forged},
+                                      patches=[{"name": PATCH, "sha256": sha}])
+        if n == 0:  # the command: exit 2, one line
+            code, out = evidence(proj, "update", "--drop-stale", "--from", str(folder))
+            assert code == 2, (how, out)
+            assert len(out) == 1, out
+            said = out[0].removeprefix("error: ")
+        else:  # the same through the library, for each way of forging
+            with pytest.raises(InputError) as e:
+                committed.update(series, proj, project.evidence_dir, (folder,), trees, drop_stale=True,
+                                 pin_commit=load_pin(project.pin_file).commit)
+            said = str(e.value)
+        assert said.startswith(f"{folder / 'verify.json'}: {PATCH}: refused: {why}"), (how, said)
+        assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == {**before, docs / "MANIFEST.json": stale}
+    # the record as verify wrote it goes through
+    (docs / "MANIFEST.json").write_bytes(before[docs / "MANIFEST.json"])
+    real = device_verify_output(tmp_path / "real", {STEM: record(proj)}, patches=[{"name": PATCH, "sha256": sha}])
+    assert evidence(proj, "update", "--from", str(real))[0] == 0
+
+
+def test_check_finds_a_committed_verdict_that_verify_would_not_have_made(proj: Path) -> None:
+    """A forged record committed before --from refused it (recorded in the manifest with its sha256,
+    so not "edited since") is still found: check applies the same rules, less the bytes of the series."""
+    assert evidence(proj, "update")[0] == 0
+    docs = proj / "docs" / "evidence"
+    path = docs / "cpu" / "verify.json"
+    data = json.loads(path.read_text())
+    data["patches"][STEM] = _forge("after failed but outcome proven", data["patches"][STEM], proj)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    manifest = json.loads((docs / "MANIFEST.json").read_text())
+    manifest["files"]["cpu/verify.json"]["sha256"] = committed.sha256_file(path)
+    (docs / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    code, out = evidence(proj, "check")
+    assert code == 1, out
+    assert f"docs/evidence/cpu/verify.json: {PATCH}: not what `patchset verify` makes: proven, but the after " \
+           f"tree (with the fix) fails" in out, out

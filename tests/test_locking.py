@@ -20,8 +20,9 @@ from helpers import (
     run_patchset,
     start_patchset,
 )
+from test_bump import make_mini
 
-from builder.errors import LockError
+from builder.errors import EXIT_LOCKED, LockError
 from builder.locking import project_lock
 from builder.series.apply import apply
 from builder.series.workrepo import WorkRepo
@@ -71,7 +72,7 @@ def test_second_verb_refuses_naming_the_first(proj: Proj, tmp_path: Path, first:
         r = run_patchset("--project", str(proj.root), *second, env={"PATCHSET_LOCK_TIMEOUT": "0.5"})
     finally:
         rc, out = _release(holder, flag)
-    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.returncode == EXIT_LOCKED == 7, r.stdout + r.stderr
     assert f"patchset {first[0]} (pid {holder.pid}" in r.stderr
     assert "Traceback" not in r.stderr
     assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1
@@ -145,3 +146,31 @@ def test_lock_is_reentrant_in_one_thread_and_exclusive_across_processes(tmp_path
     # its holder gone, the lock is free again
     with project_lock(lock, timeout=0, purpose="again"):
         assert "patchset again" in (tmp_path / "state" / "lock.owner").read_text()
+
+
+def test_a_sweep_holds_the_lock_while_it_builds_and_runs(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """`test --against` builds and runs in .patchset/ under the project lock, not only while it applies
+    and builds the patched tree: paused at the other tree's configure, another verb is refused naming
+    it (exit 7)."""
+    proj = make_mini(tmp_path / "mini", up, cache_dir)
+    trace = tmp_path / "trace"
+    against = ("test", "--against", "upstream", "-j", "1")
+    run_patchset("--project", str(proj.root), *against, env={"PATCHSET_FAULT_TRACE": str(trace)})
+    configures = [int(n) for _pid, n, label in (ln.split(" ", 2) for ln in trace.read_text().splitlines())
+                  if " -G Ninja " in label]
+    assert len(configures) == 2, trace.read_text()  # the patched tree's, then the other's
+    cmake = configures[1]
+    flag = tmp_path / "paused"
+    p = start_patchset("--project", str(proj.root), *against,
+                       env={"PATCHSET_FAULT_PAUSE_AT": str(cmake), "PATCHSET_FAULT_PAUSE_FILE": str(flag)})
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the sweep never reached its build"
+        time.sleep(0.05)
+    try:
+        r = run_patchset("--project", str(proj.root), "apply", "--force", env={"PATCHSET_LOCK_TIMEOUT": "0.5"})
+    finally:
+        _release(p, flag)
+    assert r.returncode == EXIT_LOCKED, r.stdout + r.stderr
+    assert f"patchset test --against (pid {p.pid}" in r.stderr

@@ -4,6 +4,8 @@ with a few bugs, and one patch per outcome verify can reach."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -240,3 +242,42 @@ def test_user_work_untouched(verified) -> None:
     assert "M README" in after["status"] and "?? notes.txt" in after["status"]
     # verify never moves the user's branches, HEAD or work tree, nor touches patches/ or the pin
     assert after == before
+
+
+def test_another_compiler_is_another_key_and_the_proof_is_made_again(verified, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence's key holds the compiler as the record of what a proof depends on does: a proof
+    made with one compiler is neither reused nor carried over under another."""
+    project, _, _ = verified
+    real = shutil.which("c++")
+    assert real
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "c++").write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "c++ (Other) 99.1"; exit 0; }}\n'
+                              f'exec {real} "$@"\n')
+    (fake / "c++").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    again = verify(project, ["1"], backends=["cpu"])
+    assert again.verdicts[0].outcome == PROVEN and not again.verdicts[0].reused, again.verdicts[0].reason
+    assert json.loads(again.verdicts[0].evidence_json.read_text())["host"]["compiler"] == "c++ (Other) 99.1"
+    monkeypatch.undo()
+    assert not verify(project, ["1"], backends=["cpu"]).verdicts[0].reused  # and back
+
+
+def test_a_patch_without_test_paths_has_its_test_part_in_tests(tmp_path: Path) -> None:
+    """No `Patchset-Test-Paths`: the test part is `tests`, the same in every module. Here its test uses
+    the API the fix adds (`Patchset-Before: build-fails`): the before tree (the pin plus tests/)
+    fails to compile in tests/ only, which proves the patch; not "fails outside the test files"."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                                   "ggml/src/calc.c": CALC_C})
+    commit_files(src, {"ggml/include/calc.h": CALC_H.replace("int calc_neg(int a);",
+                                                             "int calc_neg(int a);\nint calc_twice(int a);"),
+                       "ggml/src/calc.c": CALC_C + "int calc_twice(int a) { return 2 * a; }\n",
+                       "tests/test-twice.cpp": program_source("twice", "calc_twice(4)", 8)},
+                 "calc : add twice\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-twice\n"
+                 "Patchset-Before: build-fails\n")
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    apply(project)
+    v = verify(project, backends=["cpu"]).verdicts[0]
+    assert v.outcome == PROVEN, v.reason
+    assert "fails to compile in its test files only" in v.reason

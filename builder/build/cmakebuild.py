@@ -169,6 +169,18 @@ class BuildResult:
     kind: str = "build"
     """'build', or 'compile-check' for Metal sources checked on a machine without Metal."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    timed_out_s: float | None = None
+    """The time limit (`$PATCHSET_BUILD_TIMEOUT`) a configure or build step ran past and was killed at."""
+
+    @property
+    def failure(self) -> str:
+        """Why the build failed, in one line ('' when it did not): the time limit, or the first error."""
+        if self.ok:
+            return ""
+        if self.timed_out_s is not None:
+            return (f"killed after {self.timed_out_s:g}s, the build time limit (PATCHSET_BUILD_TIMEOUT, "
+                    f"default {proc.BUILD_TIMEOUT_S:g}s)")
+        return str(self.first_error) if self.first_error else ""
 
     @property
     def ccache_hit_rate(self) -> float | None:
@@ -288,7 +300,7 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     llama = llama_programs(spec) if spec.targets == "minimal" else ()
     reached = llamacommon.reached_sources(spec.source, llama)
     result = _build(spec, progress, llama, ";".join(reached) or llamacommon.ALL)
-    if reached and not result.ok and result.first_error is None:
+    if reached and not result.ok and result.first_error is None and result.timed_out_s is None:
         log.warning("%s: the build with the llama-common sources its test programs reach failed with no "
                     "compiler error: building again with all of llama-common", spec.build_dir)
         result = _build(spec, progress, llama, llamacommon.ALL)
@@ -317,6 +329,7 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     spec.build_dir.mkdir(parents=True, exist_ok=True)
     log = spec.build_dir / "build.log"
     log.write_text("")
+    limit = proc.build_timeout()
     start = time.monotonic()
     configured = False
     rec_file = _record_path(spec.build_dir)
@@ -332,11 +345,12 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     if old != record or not (spec.build_dir / "CMakeCache.txt").exists():
         progress.begin(f"configuring {spec.backend}/{spec.targets}", None)
         r = proc.stream([cmake.path, "-G", "Ninja", "-S", str(src_dir), "-B", str(spec.build_dir), *args],
-                        log_file=log, env=env)
+                        log_file=log, env=env, timeout=limit)
         progress.end()
-        if r.returncode != 0:
+        if r.returncode != 0 or r.timed_out:
             rec_file.unlink(missing_ok=True)
-            return _failed(spec, log, start, cmake, ninja, ccache, configured=True)
+            return _failed(spec, log, start, cmake, ninja, ccache, configured=True,
+                           timed_out_s=limit if r.timed_out else None)
         rec_file.write_text(json.dumps(record, indent=1))
         configured = True
     before = ccache_stats(ccache) if ccache else None
@@ -358,14 +372,15 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
     if spec.build_targets:
         cmd += ["--target", *ninja_targets(spec)]
-    r = proc.stream(cmd, log_file=log, on_line=on_line, env=env)
+    r = proc.stream(cmd, log_file=log, on_line=on_line, env=env, timeout=limit)
     if bar_started:
         progress.end()
     after = ccache_stats(ccache) if ccache else None
     delta: CcacheStats | None = after.minus(before) if after and before else None
     text = log.read_text(errors="replace")
-    if r.returncode != 0:
-        return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta)
+    if r.returncode != 0 or r.timed_out:
+        return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta,
+                       timed_out_s=limit if r.timed_out else None)
     atomic_write_text(_built_path(spec.build_dir), json.dumps(
         {"source": str(spec.source), "commit": spec.source_commit, "tree": spec.source_tree}, indent=1) + "\n")
     return BuildResult(
@@ -377,12 +392,13 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
 
 
 def _failed(spec: BuildSpec, log: Path, start: float, cmake: Tool, ninja: Tool, ccache: str | None, *,
-            configured: bool, delta: CcacheStats | None = None) -> BuildResult:
+            configured: bool, delta: CcacheStats | None = None, timed_out_s: float | None = None) -> BuildResult:
     return BuildResult(
         spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", False, configured, False, 0,
         time.monotonic() - start, log, f"{cmake.path} {cmake.version_text}", f"{ninja.path} {ninja.version_text}",
         ccache, delta.hits if delta else None, delta.misses if delta else None,
         first_error=_in_tree(first_error(log.read_text(errors="replace")), spec.build_dir),
+        timed_out_s=timed_out_s,
     )
 
 

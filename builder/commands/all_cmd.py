@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from builder import proc
 from builder.build.cmakebuild import PROFILES
 from builder.build.reports import write_json, write_junit
 from builder.commands.build_cmd import print_build
@@ -21,6 +22,7 @@ HELP = "the main job: fetch, apply, build, test and verify on the pin (default b
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--backend", choices=list(PROFILES), default="cpu")
     p.add_argument("--jobs", "-j", type=int)
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder import proc
 from builder.build.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.console import CliProgress, console
 from builder.errors import Outcome
@@ -13,6 +14,7 @@ HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--backend", choices=list(PROFILES), default="cpu",
                    help="cpu, cuda, metal (on Linux: a compile check of the Metal C++ sources), or metal-replay "
                         "(test-backend-ops with the host-side Metal replay, docs/backends.md)")
@@ -37,7 +39,9 @@ def print_build(r: BuildResult) -> None:
         console.print(f"build {r.spec_backend}/{r.targets} {state}: {what} in {r.duration_s:.1f}s; {cc}")
         console.print(f"  binaries: {r.bin_dir}", highlight=False)
     if not r.ok:
-        if r.first_error:
+        if r.timed_out_s is not None:
+            console.print(f"  {r.failure}", highlight=False, markup=False)
+        elif r.first_error:
             console.print(f"  first error: {r.first_error}", highlight=False, markup=False)
         console.print(f"  full log: {r.log}", highlight=False)
 

@@ -4,6 +4,7 @@ import argparse
 
 from rich.markup import escape
 
+from builder import proc
 from builder.build.cmakebuild import PROFILES
 from builder.build.testrun import MODES
 from builder.commands.rebase_cmd import print_report, print_way_back
@@ -21,6 +22,7 @@ HELP = ("move the series to a new upstream only if no patch's bug is fixed there
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--onto", required=True, help="a full commit id of the pin's git remote, or a pin file (.toml)")
     p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="backend to build, sweep and verify on")
     p.add_argument("--mode", choices=MODES, help="the sweep's test-backend-ops mode (default: the backend's)")

@@ -8,6 +8,7 @@ from builder.deliver import committed
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series.model import load_series
+from builder.upstream.pin import load_pin
 
 NAME = "evidence"
 HELP = ("commit the current series' evidence into docs/evidence/ with what made it (update), "
@@ -21,12 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                        "docs/backends.md and the counts of docs/patches.md")
     up.add_argument("--from", dest="from_dirs", action="append", type=Path, default=[], metavar="DIR",
                     help="also an output folder of tools/gpu/run.sh (its run-*.json and the files they name; "
-                         "never its log); repeatable")
+                         "never its log); repeatable. Its verify.json is taken only with the runs that make each "
+                         "verdict, made on the pin and patch bytes now; else nothing is written (exit 2)")
     up.add_argument("--drop-stale", action="store_true",
-                    help="first delete the committed files that cover other bytes of a patch (after the series "
-                         "changed, before its evidence is made again)")
+                    help="delete the committed files that cover other bytes of a patch (after the series "
+                         "changed, before its evidence is made again), once every --from folder is checked")
     sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
-                                 "(no recorded command, or edited since), cited by a doc but missing")
+                                 "(no recorded command, or edited since), a verify.json record verify would not "
+                                 "have made, cited by a doc but missing")
 
 
 def _say(text: str) -> None:
@@ -36,9 +39,10 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series = load_series(project.patches_dir)
     if args.action == "update":
-        trees = committed.after_trees(project) if project.evidence_dir.is_dir() else {}
+        # the after trees tell a proof of these patch bytes from one of others (a reworded patch keeps its trees)
+        trees = committed.after_trees(project) if project.evidence_dir.is_dir() or args.from_dirs else {}
         result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
-                                  drop_stale=args.drop_stale)
+                                  drop_stale=args.drop_stale, pin_commit=load_pin(project.pin_file).commit)
         for f in result.dropped:
             _say(f"removed docs/evidence/{f}")
         for f in result.written:

@@ -12,6 +12,7 @@ from builder.build.testrun import series_ops
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.fsutil import atomic_write, atomic_write_text
+from builder.locking import project_lock
 from builder.pipeline import declared_tests
 from builder.project import Project
 from builder.prove import sweep as sweepmod
@@ -52,7 +53,11 @@ def run_sweep(args: argparse.Namespace, project: Project, ops: list[str] | None)
     if not args.all and not ops:
         opts = replace(opts, ops=tuple(series_ops(declared_tests(load_series(project.patches_dir), args.backend)))
                        or None)
-    r = sweepmod.sweep(project, opts, CliProgress())
+    # the sweep builds and runs in .patchset/ (the patched build, the other tree's checkout and build,
+    # the logs): the project lock for all of it, as `test` holds it; bump's sweep of its scratch
+    # project runs under bump's own lock of the project
+    with project_lock(project.lock_file, purpose="test --against"):
+        r = sweepmod.sweep(project, opts, CliProgress())
     print_sweep(r)
     if args.json:
         atomic_write_text(args.json, json.dumps(sweepmod.sweep_dict(r), indent=1) + "\n")

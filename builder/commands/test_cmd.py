@@ -5,6 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from builder import proc
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import write_json, write_junit
 from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOTHING, TestReport
@@ -19,6 +20,7 @@ HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--backend", choices=list(PROFILES), default="cpu")
     p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
     g = p.add_mutually_exclusive_group()

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from builder import proc
 from builder.build.cmakebuild import PROFILES
 from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
@@ -20,6 +21,7 @@ HELP = "prove each patch known-positive: its tests fail without the fix and pass
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("patches", nargs="*", help="patch names or numbers (default: all)")
     p.add_argument("--backend", action="append", choices=list(PROFILES),
                    help="backend to verify on (repeatable; default: every backend this machine has)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from builder import proc
 from builder.console import CliProgress, console, err_console
 from builder.deliver import WHEEL_BACKENDS
 from builder.errors import Outcome
@@ -13,6 +14,7 @@ HELP = "build llama-cpp-python on the committed patched tree, with its provenanc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--backend", choices=WHEEL_BACKENDS, default="cpu",
                    help="cpu, cuda or metal (CMAKE_ARGS -DGGML_<X>=ON)")
     p.add_argument("--out", type=Path, help="output folder for the wheel and its provenance (default: dist/)")

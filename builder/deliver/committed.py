@@ -29,10 +29,11 @@ from builder.build import cmakebuild as buildmod
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.errors import InputError
-from builder.fsutil import atomic_write_text, sha256_file
+from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.locking import project_lock
 from builder.project import Project
 from builder.prove import backends_doc, evidence
+from builder.prove import evidence_rules as rules
 from builder.series.dryrun import split_hunks
 from builder.series.model import Series, load_series
 from builder.series.workrepo import WorkRepo
@@ -102,8 +103,8 @@ def load_manifest(root: Path) -> dict[str, Entry]:
     path = root / MANIFEST
     if not path.exists():
         return {}
+    data = load_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
         return {name: Entry(**e) for name, e in data["files"].items()}
@@ -255,7 +256,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
         if pending is not None:
             existing = json.loads(pending[0]).get("patches", {})
         elif (folder / "verify.json").exists():
-            existing = json.loads((folder / "verify.json").read_text(encoding="utf-8")).get("patches", {})
+            existing = load_json(folder / "verify.json").get("patches", {})
         merged = {**existing, **found}
         kept = set(existing) - set(found)
         # the patches kept from before stay covered, with the bytes and command they were proven with
@@ -349,26 +350,78 @@ def _outputs(run: dict) -> dict[str, str]:
     return made
 
 
-def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
-    """The outputs of tools/gpu/run.sh in `folder`: the run records and the files their steps wrote.
-    A run made on the series' current bytes records each patch's `input_digest`; its verify.json
-    keeps the committed proofs of other patches that still hold."""
-    skipped: list[str] = []
+@dataclass(frozen=True)
+class GpuFolder:
+    """An output folder of tools/gpu/run.sh, read and checked before anything is written or deleted."""
+
+    folder: Path
+    runs: tuple[tuple[Path, dict], ...]
+    """Each run record, oldest first."""
+    files: dict[str, object]
+    """The JSON value of every JSON file a step of a run wrote (verify.json checked: `check_verify`)."""
+
+
+def read_gpu(folder: Path, now: SeriesNow, trees: dict[str, str] | None = None, pin_commit: str = "") -> GpuFolder:
+    """Read the outputs of tools/gpu/run.sh in `folder`: every run record and JSON file parsed, and its
+    verify.json checked against the series now (`check_verify`); InputError names the first file
+    that is not what the run says."""
     runs = sorted(folder.glob("run-*.json"))
     if not runs:
         raise InputError(f"{folder}: no run-*.json: not an output folder of tools/gpu/run.sh")
     loaded = []
     for rpath in runs:
-        try:
-            run = json.loads(rpath.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise InputError(f"{rpath}: not a run record: {e}") from e
-        if run.get("format") != "patchset-device-run/1":
-            raise InputError(f"{rpath}: format {run.get('format')!r}, expected patchset-device-run/1")
+        run = load_json(rpath)
+        if not isinstance(run, dict) or run.get("format") != "patchset-device-run/1":
+            got = run.get("format") if isinstance(run, dict) else type(run).__name__
+            raise InputError(f"{rpath}: format {got!r}, expected patchset-device-run/1")
         loaded.append((rpath, run))
+    loaded.sort(key=lambda x: str(x[1].get("date", "")))
+    files: dict[str, object] = {}
+    for _rpath, run in loaded:
+        for name in _outputs(run):
+            if name.endswith(".json") and (folder / name).exists() and name not in files:
+                files[name] = load_json(folder / name)
+        if "verify.json" in files and run.get("backend") and "verify.json" in _outputs(run):
+            check_verify(folder / "verify.json", files["verify.json"], str(run["backend"]), now, trees or {},
+                         pin_commit)
+    return GpuFolder(folder, tuple(loaded), files)
+
+
+def check_verify(path: Path, data: object, backend: str, now: SeriesNow, trees: dict[str, str],
+                 pin_commit: str) -> None:
+    """A device run's verify.json holds only records `patchset verify` makes, each consistent with
+    itself and with the series now (builder.prove.evidence_rules); else InputError, one line naming
+    the file and the patch."""
+    if not isinstance(data, dict) or data.get("format") != "patchset-verify-evidence/1" \
+            or not isinstance(data.get("patches"), dict):
+        raise InputError(f"{path}: not verify's evidence (format patchset-verify-evidence/1 with its patches)")
+    if data.get("backend") != backend:
+        raise InputError(f"{path}: evidence of backend {data.get('backend')!r}, made by a {backend} run")
+    by_stem = {p.name.removesuffix(".patch"): p for p in now.series.patches}
+    for stem, record in data["patches"].items():
+        patch = by_stem.get(stem)
+        if patch is None:
+            raise InputError(f"{path}: {stem}.patch: refused: not a patch of the series now")
+        expected = rules.Expected(
+            patch, backend, now.sha[patch.name],
+            {m: sha256_file(patch.path.parent / m) if (patch.path.parent / m).is_file() else ""
+             for m in patch.meta.mutation},
+            trees.get(patch.name, ""), pin_commit)
+        found = rules.problems(record, expected)
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise InputError(f"{path}: {patch.name}: refused: {found[0]}{more}")
+
+
+def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
+    """The outputs of tools/gpu/run.sh (read_gpu): the run records and the files their steps wrote.
+    A run made on the series' current bytes records each patch's `input_digest`; its verify.json
+    keeps the committed proofs of other patches that still hold."""
+    skipped: list[str] = []
+    folder = gpu.folder
     claimed: set[str] = set()
     programs = series_programs(now.series)
-    for rpath, run in sorted(loaded, key=lambda x: x[1].get("date", "")):
+    for rpath, run in gpu.runs:
         backend = str(run.get("backend", "unknown"))
         shas = {p["name"]: p["sha256"] for p in run.get("patches", [])}
         machine = _machine(run.get("host", {}), run.get("gpu", "") if backend != "cpu" else "")
@@ -379,9 +432,9 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
         inputs = {name: now.digest(name, programs) for name in now.sha} if shas == now.sha else {}
         outputs = _outputs(run)
         proven = []
-        if "verify.json" in outputs and (folder / "verify.json").exists():
-            proven = [f"{stem}.patch" for stem in json.loads((folder / "verify.json").read_text(encoding="utf-8"))
-                      .get("patches", {})]
+        verify_json = gpu.files.get("verify.json")
+        if "verify.json" in outputs and isinstance(verify_json, dict):
+            proven = [f"{stem}.patch" for stem in verify_json.get("patches", {})]
         text = json.dumps(_clean_json(run), indent=1) + "\n"
         out.add(f"{backend}/{rpath.name}", text, invocation, *common, inputs, programs, proven)
         claimed.add(rpath.name)
@@ -389,11 +442,10 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
             src = folder / name
             if not src.exists():
                 continue
-            body = src.read_text(encoding="utf-8", errors="replace")
-            if name.endswith(".json"):
-                body = json.dumps(_clean_json(json.loads(body)), indent=1) + "\n"
+            if name in gpu.files:
+                body = json.dumps(_clean_json(gpu.files[name]), indent=1) + "\n"
             else:
-                body = clean.relative(body)
+                body = clean.relative(src.read_text(encoding="utf-8", errors="replace"))
             rel = f"{backend}/{name}"
             made_by, kept = cmd, list[str]()
             if name == "verify.json" and inputs:
@@ -405,8 +457,6 @@ def _from_gpu(folder: Path, out: _Writer, now: SeriesNow) -> list[str]:
             skipped.append(f"{f.name}: no run record names it" + (" (logs are not committed)" if "log" in f.name
                                                                      else ""))
     return skipped
-
-
 
 
 def _drop(now: SeriesNow, docs_root: Path, stale: bool) -> list[str]:
@@ -427,17 +477,20 @@ def _drop(now: SeriesNow, docs_root: Path, stale: bool) -> list[str]:
 
 
 def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Path, ...] = (),
-           trees: dict[str, str] | None = None, drop_stale: bool = False) -> UpdateResult:
+           trees: dict[str, str] | None = None, drop_stale: bool = False, pin_commit: str = "") -> UpdateResult:
     """Copy the current series' evidence into docs/evidence/ (`root`) and record it; regenerate the
     doc blocks that are made from it. `trees`: the after tree of each patch now (after_trees);
-    `drop_stale`: first delete the committed files that cover other bytes of a patch."""
+    `drop_stale`: first delete the committed files that cover other bytes of a patch; `pin_commit`:
+    the pin now, which a device run's proofs must have been made on. Every `from_dirs` folder is read
+    and checked first: a refused file leaves docs/evidence/ as it was."""
     docs_root = root / "docs" / "evidence"
     now = SeriesNow(series)
+    gpus = [read_gpu(folder, now, trees, pin_commit) for folder in from_dirs]
     dropped = _drop(now, docs_root, drop_stale) if docs_root.is_dir() else []
     out = _Writer(docs_root)
     skipped: list[str] = []
-    for folder in from_dirs:
-        skipped += _from_gpu(folder, out, now)
+    for gpu in gpus:
+        skipped += _from_gpu(gpu, out, now)
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
         skipped += _local(series, state_evidence, out, docs_root, trees or {}, now.sha)
@@ -470,7 +523,7 @@ def counts_block(series: Series, docs_root: Path) -> str:
     rows: list[list[str]] = []
     names = {p.name.removesuffix(".patch"): p for p in series.patches}
     for folder in sorted(p for p in docs_root.glob("*") if (p / "verify.json").exists()):
-        data = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
+        data = load_json(folder / "verify.json")
         for stem, ev in sorted(data.get("patches", {}).items()):
             patch = names.get(stem)
             if patch is None or not isinstance(ev, dict):
@@ -516,6 +569,25 @@ def _docs(root: Path) -> list[Path]:
     return [d for d in docs if d.exists()]
 
 
+def _unmade(path: Path, shown: str, backend: str, now: SeriesNow, stale: set[str]) -> list[Problem]:
+    """The records of a committed verify.json that `patchset verify` would not have made, for the patches
+    it is not stale for (a proof of older bytes is stale, which check says on its own)."""
+    data = load_json(path)
+    records = data.get("patches") if isinstance(data, dict) else None
+    if not isinstance(records, dict):
+        return [Problem(shown, "", "not verify's evidence (format patchset-verify-evidence/1 with its patches)")]
+    by_stem = {p.name.removesuffix(".patch"): p for p in now.series.patches}
+    found = []
+    for stem, record in sorted(records.items()):
+        patch = by_stem.get(stem)
+        if patch is None or patch.name in stale:
+            continue
+        why = rules.problems(record, rules.Expected(patch, backend, now.sha[patch.name]), rules.SELF_CONSISTENT)
+        if why:
+            found.append(Problem(shown, patch.name, f"not what `patchset verify` makes: {why[0]}"))
+    return found
+
+
 def check(series: Series, root: Path) -> list[Problem]:
     """Every problem of the committed evidence, one per file and patch (see the module docstring)."""
     docs_root = root / "docs" / "evidence"
@@ -545,6 +617,10 @@ def check(series: Series, root: Path) -> list[Problem]:
                                                      f"run `{entry.command}` again"))
     for rel in sorted(set(entries) - set(on_disk)):
         problems.append(Problem(f"docs/evidence/{rel}", "", "in the manifest but missing"))
+    for rel in on_disk:
+        if rel.endswith("/verify.json") and rel in entries:
+            problems += _unmade(docs_root / rel, f"docs/evidence/{rel}", rel.split("/")[0], now,
+                                set(entries[rel].stale_for(now)))
     for doc in _docs(root):
         for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
             for m in _CITE.finditer(line):

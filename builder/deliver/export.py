@@ -30,6 +30,7 @@ from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series.model import (
+    DEFAULT_TEST_PATHS,
     TRAILER_PREFIX,
     Patch,
     Series,
@@ -435,8 +436,10 @@ def _rule_summary(f: RuleFinding) -> str:
 def _includes(patch: Patch) -> str:
     """`git apply` options that take only the patch's test paths (its before tree, as verify makes it)."""
     out = []
-    for p in patch.meta.test_paths or ("tests/",):
-        out.append(f"--include={shlex.quote(p)}" + (f" --include={shlex.quote(p + '*')}" if p.endswith("/") else ""))
+    for p in patch.meta.test_part or DEFAULT_TEST_PATHS:
+        folder = p.endswith("/") or not PurePosixPath(p).suffix  # `tests`, `tests/`: what is inside too
+        inside = f" --include={shlex.quote(p.rstrip('/') + '/*')}" if folder else ""
+        out.append(f"--include={shlex.quote(p)}{inside}")
     return " ".join(out)
 
 

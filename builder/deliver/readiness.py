@@ -37,7 +37,6 @@ from builder.upstream.pin import load_pin
 
 CTEST_FILE = "tests/CMakeLists.txt"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc")
-DEFAULT_TEST_PATHS = ("tests",)
 # words that read like `name(` in a declaration line but declare nothing
 _NOT_NAMES = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "defined", "static_assert",
               "GGML_API", "LLAMA_API", "GGML_BACKEND_API", "GGML_DEPRECATED", "extern", "void", "const"}
@@ -133,7 +132,7 @@ def unknown_before(git: GitRepo, before: str, names: set[str]) -> set[str]:
 def _api_before(git: GitRepo, patch: Patch, text: str, before: str, errors: list[str]) -> list[Finding]:
     if patch.meta.before != "build-fails":
         return []
-    test_paths = patch.meta.test_paths or DEFAULT_TEST_PATHS
+    test_paths = patch.meta.test_part
     mail = diffparse.parse(text)
     added = header_declarations(mail, test_paths)
     used = {name for f in mail.files if in_paths(f.path, test_paths) for ln in f.added()

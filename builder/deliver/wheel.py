@@ -442,10 +442,14 @@ def _build_locked(project: Project, options: WheelOptions, progress: ProgressSin
 
     tmp_out = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out_dir))
     try:
+        limit = proc.build_timeout()
         r = proc.stream([sys.executable, "-c", _BUILD_CODE, str(tmp_out), str(prepared.build_dir)],
-                        log_file=log, cwd=prepared.source_dir, env=env, on_line=on_line)
+                        log_file=log, cwd=prepared.source_dir, env=env, on_line=on_line, timeout=limit)
         if bar:
             progress.end()
+        if r.timed_out:
+            raise BuildError(f"wheel build killed after {limit:g}s, the build time limit (PATCHSET_BUILD_TIMEOUT, "
+                             f"default {proc.BUILD_TIMEOUT_S:g}s) (full log: {log})")
         names = [line[len(_WHEEL_MARK):].strip() for line in r.stdout.splitlines() if line.startswith(_WHEEL_MARK)]
         if r.returncode != 0 or not names:
             err = first_error(log.read_text(errors="replace"))

@@ -415,7 +415,7 @@ def _build(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> build
     except PatchsetError as e:
         raise _stage_error(BUILD, e) from e
     if not result.ok:
-        where = f"{result.first_error}" if result.first_error else "see the log"
+        where = result.failure or "see the log"
         # an error in a test program of the series names the patches that bring it
         program = Path(result.first_error.file).stem if result.first_error else ""
         raise _Failed(BUILD, FAILED, f"the rebased series does not build for {opts.backend}: {where} "

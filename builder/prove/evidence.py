@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,10 +67,12 @@ class Evidence:
 
 
 def host_info(cxx: str | None = None) -> dict:
+    """This machine as evidence records it; the compiler is the one CMake takes (`$CXX`, else `c++`)."""
     compiler = ""
     try:
-        compiler = proc.run([cxx or "c++", "--version"], timeout=30).stdout.splitlines()[0]
-    except (ProcessError, IndexError):
+        argv = shlex.split(cxx or os.environ.get("CXX") or "c++")
+        compiler = proc.run([*argv, "--version"], timeout=30).stdout.splitlines()[0]
+    except (ProcessError, IndexError, ValueError, OSError):
         compiler = "unknown"
     return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "compiler": compiler}

@@ -149,7 +149,7 @@ class _Checker:
         they do not apply there."""
         git = self.moved.git
         env = {"GIT_INDEX_FILE": str(self.moved.git.path / "test-part-index")}
-        include = [a for p in (patch.meta.test_paths or ("tests",)) for a in (f"--include={p}",
+        include = [a for p in patch.meta.test_part for a in (f"--include={p}",
                                                                               f"--include={p.rstrip('/')}/*")]
         git.run("read-tree", base, env=env)
         if git.run("apply", "--cached", "--check", "--reverse", *include, str(patch.path), env=env,
@@ -199,7 +199,7 @@ class _Checker:
             # the file as a path of the tree: the report may leave the machine (the bump's pull request)
             rel = tree_path(err.file, self.src, spec.build_dir) if err else ""
             errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
-            only = err is not None and hk.in_paths(rel, patch.meta.test_paths or ("tests",))
+            only = err is not None and hk.in_paths(rel, patch.meta.test_part)
             return _Run(False, errors, only)
         failing: list[str] = []
         summaries = []

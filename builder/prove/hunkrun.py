@@ -51,8 +51,8 @@ class HunkRunner:
             commit = maker.commit(unit, f"verify: {patch.name} without {unit.label}")
             git.update_ref(f"refs/patchset/verify/{patch.index:04d}/hunk-{n}", commit)
             # a file the test build does not compile (llama's own sources) is compiled on its own
-            required = hk.syntax_units(unit, fix_files, patch.meta.test_paths)
-            pre = [] if required or db is None else hk.precheck_files(unit, fix_files, patch.meta.test_paths, db)
+            required = hk.syntax_units(unit, fix_files, patch.meta.test_part)
+            pre = [] if required or db is None else hk.precheck_files(unit, fix_files, patch.meta.test_part, db)
             todo.append(_HunkJob(n, unit, commit, tuple(required or pre), bool(required)))
         syntax_tree = self.syntax_tree
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="patchset-syntax")

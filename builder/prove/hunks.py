@@ -165,7 +165,7 @@ def fix_units(git: GitRepo, parent: str, after: str, patch: Patch,
                    "--src-prefix=a/", "--dst-prefix=b/", parent, after, env=ISOLATED)
     units: list[Unit] = []
     for file, status, hunks in _parse_diff(text):
-        if in_paths(file, patch.meta.test_paths):
+        if in_paths(file, patch.meta.test_part):
             continue
         rules = [r for r in patch.meta.hunks if r.file == file and not r.function]
         for n, (section, changes) in enumerate(hunks, 1):

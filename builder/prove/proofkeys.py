@@ -31,14 +31,14 @@ class ProofKeys:
         """The evidence's key: the patch's trees and everything else its proof depends on."""
         git = self.work.git
         return affected.static_digest({
-            **self.inputs_of(patch, backend, tests),
+            **self.inputs_of(patch, backend, tests), "compiler": self.compiler(),
             "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
             "mutation": [git.tree_of(m) for m in trees.mutations] or None,
         })
 
     @staticmethod
     def inputs_of(patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
-        """What a proof depends on besides its trees and the compiler."""
+        """What a proof depends on besides its trees and the compiler (which `key` and `depends_now` add)."""
         return {"backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
                 "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
                 "harness": buildmod.harness_digest(backend)}
@@ -47,6 +47,10 @@ class ProofKeys:
         if self._host is None:
             self._host = ev.host_info()
         return self._host
+
+    def compiler(self) -> str:
+        """The compiler as the evidence records it: one value for the key and for `depends`."""
+        return str(self.host_info().get("compiler"))
 
     def tree_blobs(self, commit: str) -> dict[str, str]:
         if commit not in self._blobs:
@@ -58,8 +62,7 @@ class ProofKeys:
         return {
             "patch_sha256": sha256_file(patch.path),
             "mutations": {m: sha256_file(self.project.patches_dir / m) for m in patch.meta.mutation},
-            "static": affected.static_digest({**self.inputs_of(patch, backend, tests),
-                                              "compiler": self.host_info().get("compiler")}),
+            "static": affected.static_digest({**self.inputs_of(patch, backend, tests), "compiler": self.compiler()}),
         }
 
     def depends(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> dict:

@@ -512,7 +512,7 @@ def _confirm(changes: list[Change], counts: dict[str, int], runs: dict[str, Tree
 
 
 def _build_error(label: str, r: buildmod.BuildResult) -> BuildError:
-    where = f": {r.first_error}" if r.first_error else ""
+    where = f": {r.failure}" if r.failure else ""
     return BuildError(f"the {label} tree failed to build{where} (log {r.log})")
 
 

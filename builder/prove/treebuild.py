@@ -117,8 +117,10 @@ class TreeBuilder:
             self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
         self.last_build = (used.build_dir, src)
         if not result.ok:
-            errors = _compiler_errors(result.log, src, used.build_dir)
-            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_paths) for e in errors)
+            # a build killed at its time limit failed, whatever it had compiled: never "in the test files only"
+            errors = [result.failure] if result.timed_out_s is not None else _compiler_errors(result.log, src,
+                                                                                              used.build_dir)
+            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_part) for e in errors)
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []

@@ -70,7 +70,7 @@ class TreeMaker:
                 # test has no before tree to run (a fork's series is mostly such patches)
                 before = prev
             else:
-                before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_paths or ("tests",))
+                before = self.commit(prev, p.path, f"verify: before {p.name}", p.meta.test_part)
             after = self.commit(prev, p.path, f"verify: after {p.name}")
             mutations = tuple(self.commit(after, patches_dir / m, f"verify: mutation {m}") for m in p.meta.mutation)
             trees[p.index] = Trees(before, after, mutations, prev)

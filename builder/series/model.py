@@ -34,6 +34,8 @@ _UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-ne
 _STATUS_AS_UPSTREAM = {"pending": ("not-sent", ""), "submitted": ("sent", ""), "merged": ("merged", ""),
                        "fork-only": ("not-sent", "fork-only")}
 BEFORE_KINDS = ("test-fails", "build-fails")
+DEFAULT_TEST_PATHS = ("tests",)
+"""A patch's test part when it names none (`PatchMeta.test_part`)."""
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
@@ -161,6 +163,7 @@ class PatchMeta:
     """Backends on which the known-positive proof can run."""
     tests: tuple[TestSpec, ...] = ()
     test_paths: tuple[str, ...] = ()
+    """`Patchset-Test-Paths` as written (empty when absent); read `test_part` for the paths that apply."""
     test_in_tree: bool = False
     """`Patchset-Test-Paths: none`: the patch has no test part of its own (it fixes the test program
     itself), so its before tree is the tree it applies on."""
@@ -182,6 +185,12 @@ class PatchMeta:
     def status(self) -> str:
         """The former name of `upstream`, for readers written before `Patchset-Upstream`."""
         return self.upstream
+
+    @property
+    def test_part(self) -> tuple[str, ...]:
+        """The paths of the patch's test part, the one answer every module uses: `Patchset-Test-Paths`,
+        else DEFAULT_TEST_PATHS; none for `Patchset-Test-Paths: none` (the test is in the tree)."""
+        return () if self.test_in_tree else (self.test_paths or DEFAULT_TEST_PATHS)
 
     @property
     def status_ref(self) -> str:

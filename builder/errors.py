@@ -15,6 +15,7 @@ EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
 EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
 EXIT_FIXED_UPSTREAM = 5  # bump: upstream fixed a patch's bug (all or part of it); nothing was changed
+EXIT_NOT_PROVEN_HERE = 6  # verify, bump: all else passed, but a patch needs a backend this machine lacks
 EXIT_LOCKED = 7  # the project (or cache) lock is held by another command past the time we wait for it
 EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
 
@@ -32,11 +33,14 @@ class Outcome(enum.Enum):
     FIXED_UPSTREAM = EXIT_FIXED_UPSTREAM
     """bump: upstream fixed a patch's bug (`--drop-fixed` drops it) or part of it (the patch needs a
     person); nothing was changed."""
+    NOT_PROVEN_HERE = EXIT_NOT_PROVEN_HERE
+    """verify, bump: nothing worse happened, but a patch is not proven on this machine (`needs X`:
+    its proof runs only on a backend it lacks)."""
 
     @classmethod
     def worst(cls, *outcomes: Outcome) -> Outcome:
-        """FAILED over NOT_PROVEN over OK (what `all` reports for its steps together)."""
-        order = (cls.FAILED, cls.CONFLICT, cls.FIXED_UPSTREAM, cls.NOT_PROVEN, cls.OK)
+        """FAILED over NOT_PROVEN over NOT_PROVEN_HERE over OK (what `all` reports for its steps together)."""
+        order = (cls.FAILED, cls.CONFLICT, cls.FIXED_UPSTREAM, cls.NOT_PROVEN, cls.NOT_PROVEN_HERE, cls.OK)
         return next((o for o in order if o in outcomes), cls.OK)
 
 

@@ -19,6 +19,7 @@ from builder.cli import main
 from builder.errors import LockError
 from builder.orchestrate.bump import BumpOptions, scratch_project
 from builder.orchestrate.bump import bump as bump_lib
+from builder.prove.verify import available_backends
 from builder.series.apply import apply
 from builder.series.rebase import rebase
 from builder.upstream.pin import load_pin
@@ -325,3 +326,27 @@ def test_a_lock_held_during_verify_is_a_lock_error_not_a_patch_not_proven(
     assert code == 0 and sink.holder is not None
     assert f"patchset test (pid {sink.holder.pid}" in str(ei.value)
     assert state(mini) == before and reports(mini) == []
+
+
+def test_a_patch_that_needs_a_backend_this_machine_lacks_is_named_and_exits_6(
+        tmp_path: Path, up: Upstream, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bump moves (all else passed), but the report and the output name the patch not proven on
+    this machine, and the exit status says so: 6, from bump and from verify alike."""
+    missing = next((b for b in ("metal", "cuda") if b not in available_backends()), None)
+    if missing is None:
+        pytest.skip("this machine has every backend")
+    files, msg = SERIES[0]
+    proj = make_mini(tmp_path, up, cache_dir, patches=[
+        (files, msg.replace("Patchset-Backends: cpu\n", f"Patchset-Backends: {missing}\n"))])
+    [name] = proj.series()
+    new = proj.upstream.advance({"README": "calc 2\n"}, "readme\n")
+
+    assert bump(proj, new) == 6
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"not proven on this machine: {name} (needs {missing})" in out
+    assert load_pin(proj.project.pin_file).commit == new
+    text = reports(proj)[0].read_text()
+    assert f"- not proven on this machine: {name}" in text and f"- {name}: needs {missing}" in text
+
+    assert main(["--project", str(proj.root), "verify", "--backend", "cpu"]) == 6
+    assert f"not proven on this machine: {name} (needs {missing})" in " ".join(capsys.readouterr().out.split())

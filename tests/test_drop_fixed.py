@@ -19,7 +19,18 @@ from builder.cli import main
 from builder.errors import SeriesError
 from builder.series import dropped
 from builder.upstream.pin import load_pin
-from tests.test_bump import CALC_C, NAMES, SUB_FIX, TEST_SUB, bump_scenario, make_mini, reports, state, trailers
+from tests.test_bump import (
+    CALC_C,
+    MUL_FIX,
+    NAMES,
+    SUB_FIX,
+    TEST_SUB,
+    bump_scenario,
+    make_mini,
+    reports,
+    state,
+    trailers,
+)
 from tests.test_faults import KILLED, consistent, observe, reference_run
 from tests.test_fixed_upstream import program as cases_program
 
@@ -244,3 +255,54 @@ def test_a_drop_killed_leaves_patches_and_the_log_consistent(tmp_path: Path) -> 
         assert git(s.root / ".patchset" / "work" / "llama.cpp", "rev-parse", "--verify", "-q",
                    f"refs/patchset/before-{old[:7]}")
         s.restore()
+
+
+# a test of patch 1 that passes without the fix too: 0 - 0 and 0 + 0 agree
+TEST_SUB_ZERO = cases_program([("sub(a=0,b=0)", "calc_sub(0, 0)", 0)])
+
+
+def flaky_program(counter: Path) -> str:
+    """test-mul that fails one run in two: it checks calc_mul only on its even runs (a counter file)."""
+    return f"""\
+#include "calc.h"
+#include <cstdio>
+int main() {{
+    int n = 0;
+    FILE * f = fopen("{counter}", "r");
+    if (f) {{ if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }}
+    f = fopen("{counter}", "w");
+    fprintf(f, "%d\\n", ++n);
+    fclose(f);
+    printf("Backend 1/1: CPU\\n");
+    bool ok = n % 2 == 1 || calc_mul(3, 3) == 9;
+    printf("  MUL(want=9): %s\\n", ok ? "OK" : "FAIL");
+    printf("  %d/1 tests passed\\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+}}
+"""
+
+
+def test_a_test_that_passes_on_the_old_pin_too_or_is_flaky_is_never_fixed_upstream_nor_dropped(
+        tmp_path: Path, up: Upstream, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Upstream changed nothing either patch touches. Patch 1's test passes there without the fix,
+    and on the old pin as well: it shows nothing about the bug. Patch 2's test fails one run in two,
+    and its first run there passes: one run is no evidence, and run again (and on the old pin) it
+    is seen flaky. Both `cannot tell`, both stay, and verify then says why patch 1 is not proven."""
+    counter = tmp_path / "runs"
+    proj = make_mini(tmp_path, up, cache_dir, patches=[
+        ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub0.cpp": TEST_SUB_ZERO},
+         "calc : sub subtracts" + trailers("test-sub0")),
+        ({"ggml/src/calc.c": MUL_FIX, "tests/test-flaky.cpp": flaky_program(counter)},
+         "calc : mul multiplies" + trailers("test-flaky"))])
+    names = proj.series()
+    new = up.advance({"README": "moved\n"}, "readme\n")
+
+    assert bump(proj, new, "--drop-fixed") == 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert proj.series() == names and not (proj.patches / "dropped").exists()
+    assert "dropped" not in out
+    assert int(counter.read_text()) >= 3  # the new upstream twice, the old pin at least once
+    text = reports(proj)[0].read_text()
+    assert f"| 1 | {names[0]} | clean | cannot tell |" in text
+    assert f"| 2 | {names[1]} | clean | cannot tell |" in text
+    assert "passes on the old pin too: the test does not show the bug here" in text

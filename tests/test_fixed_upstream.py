@@ -18,6 +18,7 @@ from helpers import (
     STANDARD_NAMES,
     UPSTREAM_FILES,
     Proj,
+    Upstream,
     make_project,
     make_sdist,
     make_upstream,
@@ -26,6 +27,7 @@ from helpers import (
 )
 from test_verify import GGML_CMAKE, commit_files, git, init_upstream
 
+from builder.build import testrun
 from builder.cli import main
 from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
@@ -34,9 +36,10 @@ from builder.prove.fixed_upstream import checker
 from builder.prove.treebuild import tree_path
 from builder.prove.verify import available_backends, verify
 from builder.series.apply import apply
-from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
+from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, UpstreamFix
 from builder.series.rebase import dry_run_rebase, rebase, skip_rebase
 from builder.series.refresh import format_mails, write_series
+from tests.test_bump import SUB_FIX, TEST_SUB, make_mini
 
 SPACER = "/* - */\n" * 7  # keeps each function's hunk out of its neighbours' context
 FUNCS = {
@@ -154,11 +157,12 @@ def test_each_patch_gets_the_verdict_of_its_own_test(moved: tuple[Path, Path, di
     got = {k: (r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["still_failing"],
                r["fixed_upstream"]["now_passing"]) for k, r in rows.items()}
     assert got == {
-        # upstream's own fix on the patch's line: text says conflict, the test says fixed
-        "calc-fix-add": ("conflict", FIXED, [], []),
+        # upstream's own fix on the patch's line: text says conflict, the test says fixed (the case
+        # failed on the old pin, the control, and passes now)
+        "calc-fix-add": ("conflict", FIXED, [], ["test-add add(a=2,b=3)"]),
         # fixed in another function: the patch still applies, and is no longer needed
-        "calc-fix-negate": ("clean", FIXED, [], []),
-        "calc-fix-mul": (got["calc-fix-mul"][0], FIXED, [], []),
+        "calc-fix-negate": ("clean", FIXED, [], ["test-sub sub(a=5,b=3)"]),
+        "calc-fix-mul": (got["calc-fix-mul"][0], FIXED, [], ["test-mul mul(a=2,b=3)"]),
         "calc-fix-clamp": ("conflict", PARTLY_FIXED, ["test-clamp clamp(x=50)"], ["test-clamp clamp(x=-5)"]),
         "calc-fix-neg": ("clean", NOT_FIXED, ["test-neg neg(a=2)"], []),
         "calc-fix-abs": ("conflict", CANNOT_TELL, [], []),
@@ -292,3 +296,63 @@ def test_a_compile_error_is_placed_in_the_tree_however_the_compiler_names_the_fi
     assert tree_path("../../verify/src/tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
     assert tree_path(str(src / "tests" / "test-opt.cpp"), src, build) == "tests/test-opt.cpp"
     assert tree_path("tests/test-opt.cpp", src, build) == "tests/test-opt.cpp"
+
+
+# -- the control (issue 30): on the calc tree of test_bump -------------------------------------------
+def _mini(tmp_path: Path, up: Upstream, cache_dir: Path,
+          patches: list[tuple[dict[str, str | bytes | None], str]]) -> Proj:
+    return make_mini(tmp_path, up, cache_dir, patches=patches)
+
+
+def _verdicts(proj: Proj, new: str) -> dict[str, UpstreamFix]:
+    report = dry_run_rebase(proj.project, new, checker(proj.project, "cpu", jobs=2))
+    return {p.patch: p.fix for p in report.patches if p.fix is not None} | {
+        f"{p.patch} merged as": p.merged_as for p in report.patches}  # type: ignore[dict-item]
+
+
+def test_a_patch_merged_as_is_and_one_fixed_another_way_in_part(tmp_path: Path, up: Upstream,
+                                                                 cache_dir: Path) -> None:
+    """Issue 30's scenario in small: upstream takes patch A (sub) as it is, then fixes patch B's bug
+    (mul) its own way, for one case of two: A `fixed upstream` and merged as upstream's commit, B
+    `partly fixed upstream` naming the case that still fails, not `not fixed upstream`."""
+    mul_fix = SUB_FIX.replace("calc_mul(int a, int b) { return calc_add(a, b); }",
+                              "calc_mul(int a, int b) { return a * b; }")
+    test_mul = program([("mul(a=3,b=3)", "calc_mul(3, 3)", 9), ("mul(a=0,b=5)", "calc_mul(0, 5)", 0)])
+    proj = _mini(tmp_path, up, cache_dir, [
+        ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc : sub subtracts" + trailers("test-sub")),
+        ({"ggml/src/calc.c": mul_fix, "tests/test-mul.cpp": test_mul}, "calc : mul multiplies" + trailers("test-mul"))])
+    a, b = proj.series()
+    merged = up.advance({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB}, "calc: sub subtracts\n")
+    new = up.advance({"ggml/src/calc.c": SUB_FIX.replace(
+        "calc_mul(int a, int b) { return calc_add(a, b); }",
+        "calc_mul(int a, int b) { return a == b ? a * b : calc_add(a, b); }")}, "calc: mul of squares\n")
+
+    got = _verdicts(proj, new)
+
+    fa, fb = got[a], got[b]
+    assert (fa.verdict, fa.still_failing, fa.now_passing) == (FIXED, (), ("test-sub SUB(want=2)",))
+    assert got[f"{a} merged as"] == merged
+    assert (fb.verdict, fb.still_failing, fb.now_passing) == (
+        PARTLY_FIXED, ("test-mul mul(a=0,b=5)",), ("test-mul mul(a=3,b=3)",))
+    assert "the same cases failing" in fb.evidence
+
+
+QUIET = '#include <cstdio>\nint main() { printf("Backend 1/1: CPU\\n"); return 0; }\n'
+
+
+def test_a_run_where_one_program_checked_nothing_is_nothing_checked_in_the_check_and_in_verify(
+        tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """test-sub passes on the new upstream and test-quiet checks nothing: verify calls that tree
+    `nothing checked` (`tree_verdict`), and so does the check: `cannot tell`, never `fixed upstream`."""
+    msg = ("calc : sub subtracts\n\nPatchset-Upstream: not-sent\nPatchset-Backends: cpu\nPatchset-Test: test-sub\n"
+           "Patchset-Test: test-quiet\nPatchset-Test-Paths: tests/test-sub.cpp tests/test-quiet.cpp\n")
+    proj = _mini(tmp_path, up, cache_dir, [
+        ({"ggml/src/calc.c": SUB_FIX, "tests/test-sub.cpp": TEST_SUB, "tests/test-quiet.cpp": QUIET}, msg)])
+    [name] = proj.series()
+    new = up.advance({"ggml/src/calc.c": SUB_FIX}, "calc: sub subtracts\n")
+
+    fix = _verdicts(proj, new)[name]
+
+    assert fix.verdict == CANNOT_TELL and "the tests check nothing" in fix.evidence, fix
+    assert testrun.tree_verdict([testrun.PASSED, testrun.NOTHING]) == testrun.TREE_NOTHING
+    assert testrun.tree_verdict([testrun.FAILED, testrun.NOTHING]) == testrun.TREE_FAILS

@@ -81,7 +81,9 @@ def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
     rows = dry_run(project, both, capsys)
 
     got = verdicts(rows)
-    assert got["0005"] == ("conflict", FIXED, [], [])
+    # controlled: every case failed on the old pin (the control) and passes here, in each run
+    assert got["0005"][:3] == ("conflict", FIXED, [])
+    assert sorted(got["0005"][3]) == sorted(ACC_CASES + SET_CASES)
     assert "[metal-replay]" in rows["0005"]["fixed_upstream"]["evidence"]
     # patches 2 and 3: their tests call what the fix adds (a status returned, a new scheduler function), so
     # without the fix the test part does not compile, on the old pin as on this upstream (Patchset-Before:

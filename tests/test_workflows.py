@@ -261,3 +261,5 @@ def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed(
     assert bump.backend == "cpu" and bump.drop_fixed
     text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
     assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text
+    # exit 6 (moved; a patch needs a backend the runner lacks, named in the report) opens the pull request too
+    assert '--drop-fixed || { rc=$?; [ "$rc" -eq 6 ] || exit "$rc"; }' in text

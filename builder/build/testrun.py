@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,20 @@ MODES = ("test", "grad")
 
 # verdicts of one program run
 PASSED, FAILED, NOTHING, CRASHED = "passed", "failed", "nothing checked", "crashed"
+
+# what the programs of one tree say together (verify's steps, the fixed-upstream check)
+TREE_FAILS, TREE_PASSES, TREE_NOTHING = "fails", "passes", "nothing checked"
+
+
+def tree_verdict(verdicts: Iterable[str]) -> str:
+    """The verdict of a tree from its programs' verdicts, the one rule verify and the fixed-upstream
+    check share: `fails` when any program failed or crashed; `passes` when every one passed; else
+    `nothing checked` (a program that checked nothing beside others that passed leaves the tree
+    unchecked: its part of the test said nothing)."""
+    seen = list(verdicts)
+    if any(v in (FAILED, CRASHED) for v in seen):
+        return TREE_FAILS
+    return TREE_PASSES if seen and all(v == PASSED for v in seen) else TREE_NOTHING
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from builder.build.testrun import MODES
 from builder.commands.rebase_cmd import print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
-from builder.commands.verify_cmd import print_verdicts
+from builder.commands.verify_cmd import print_not_here, print_verdicts
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.orchestrate.bump import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult, bump
@@ -35,15 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
     p.add_argument("--drop-fixed", action="store_true",
-                   help="leave out the patches upstream fixed (their own test passes there without the fix, or "
-                        "upstream has their diff) and record each in patches/dropped; without it they stop the bump "
+                   help="leave out the patches upstream fixed (controlled: their own test's cases fail without the "
+                        "fix on the old pin and pass on the new upstream, in each of two runs; or upstream holds their "
+                        "diff byte for byte) and record each in patches/dropped; without it they stop the bump "
                         "(exit 5). A patch fixed in part always stops it")
     add_timeout(p)
 
 
 def outcome(result: BumpResult) -> Outcome:
     if result.ok:
-        return Outcome.OK
+        return Outcome.NOT_PROVEN_HERE if result.not_proven_here else Outcome.OK
     return {CONFLICT: Outcome.CONFLICT, NOT_PROVEN: Outcome.NOT_PROVEN,
             FIXED: Outcome.FIXED_UPSTREAM}.get(result.failure, Outcome.FAILED)
 
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         print_sweep(result.sweep)
     if result.verify is not None:
         print_verdicts(result.verify)
+        print_not_here(result.verify)
     old, new = result.old_pin.commit[:12], result.new_pin.commit[:12]
     if result.ok:
         console.print(f"bumped from {old} onto {new}: pin {project.pin_file.name} and patches/ updated "

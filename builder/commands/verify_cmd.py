@@ -73,7 +73,15 @@ def print_verdicts(report: VerifyReport) -> None:
 def outcome(report: VerifyReport) -> Outcome:
     if report.regressed:
         return Outcome.FAILED
-    return Outcome.OK if report.ok else Outcome.NOT_PROVEN
+    if not report.ok:
+        return Outcome.NOT_PROVEN
+    return Outcome.NOT_PROVEN_HERE if report.not_proven_here else Outcome.OK
+
+
+def print_not_here(report: VerifyReport) -> None:
+    """The patches this run did not prove because this machine lacks their backend (exit 6)."""
+    for name in report.not_proven_here:
+        console.print(f"[yellow]not proven on this machine[/]: {name} ({report.needs_of(name)})", highlight=False)
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -96,4 +104,5 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
                     jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks)
     print_verdicts(report)
+    print_not_here(report)
     return outcome(report)

@@ -6,14 +6,18 @@ work repository are not touched until every stage has passed:
 
 1. rebase: `patchset apply`, then `patchset rebase --onto --dry-run --fixed-upstream` (each
    patch's own test on the new upstream without the fix, and patch-ids), then `patchset rebase
-   --onto` in the scratch project. A patch upstream fixed (its test passes without the fix, its
-   patch-id is upstream's, or its diff is there already) stops the bump, or with `--drop-fixed` is
-   left out of the rebase and recorded in `patches/dropped` (`builder.series.dropped`); a patch
-   upstream fixed in part always stops it. A conflict stops the bump; it is resolved with
+   --onto` in the scratch project. A patch upstream fixed (`fixed upstream` by its test's control:
+   its cases fail without the fix on the old pin and pass on the new upstream; or its diff is there
+   byte for byte) stops the bump, or with `--drop-fixed` is left out of the rebase and recorded in
+   `patches/dropped` (`builder.series.dropped`); a patch upstream fixed in part, or merged (its
+   patch-id) while its test cannot tell, always stops it. A conflict stops the bump; it is resolved with
    `patchset rebase --onto` in the project itself.
 2. build: `patchset build` of the rebased `patched` (ggml and the test programs).
 3. sweep: `patchset test --against upstream`, where `upstream` is now the new upstream.
-4. verify: every patch proven again on the new upstream (no evidence reused).
+4. verify: every patch proven again on the new upstream (no evidence reused), on the bump's backend
+   and on metal-replay for the patches whose proof runs there (where this machine runs it). A patch
+   that needs a backend this machine lacks does not stop the bump; it is named as not proven on
+   this machine (`BumpResult.not_proven_here`, exit 6).
 
 Then the switch, in an order that a kill cannot leave half done: the new `patches/` is staged
 beside the old one (`.patches.bump-new`), a journal naming the new pin is written
@@ -145,6 +149,11 @@ class BumpResult:
     @property
     def dropped(self) -> list[str]:
         return [r.patch for r in self.records]
+
+    @property
+    def not_proven_here(self) -> tuple[str, ...]:
+        """The patches the verify stage could not prove on this machine (`needs X` on every backend it ran)."""
+        return self.verify.not_proven_here if self.verify is not None else ()
 
 
 class _Failed(Exception):
@@ -325,16 +334,20 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     onto = str(scratch.pin_file) if same else _absolute(opts.onto)
     try:
         # before anything moves: each patch's own test on the new upstream without the fix, and patch-ids
-        checked = dry_run_rebase(scratch, onto, checker(scratch, opts.backend, progress, opts.jobs, opts.timeout_s))
+        backends = (opts.backend, *_replay_for(scratch, opts))
+        checked = dry_run_rebase(scratch, onto, checker(scratch, backends, progress, opts.jobs, opts.timeout_s))
     except PatchsetError as e:
         raise _stage_error(REBASE, e) from e
     ids = {name: pid for pid, name in droplog.series_patch_ids(load_series(scratch.patches_dir)).items()}
     partly = [p for p in checked.patches if p.fix and p.fix.verdict == PARTLY_FIXED]
     drops = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in checked.patches
              if p not in partly and _fixed(p)]
-    if partly or (drops and not opts.drop_fixed):
-        raise _Failed(REBASE, FIXED, fixed_advice(partly, drops, opts), tuple(p.patch for p in partly)
-                      + tuple(d.patch for d in drops), found=checked)
+    # upstream has its diff elsewhere, but no controlled run says the bug is gone: a person decides
+    unsure = [p for p in checked.patches if p.merged_as and p not in partly and not _fixed(p)
+              and not (p.fix and p.fix.verdict == NOT_FIXED)]
+    if partly or unsure or (drops and not opts.drop_fixed):
+        raise _Failed(REBASE, FIXED, fixed_advice(partly, drops, opts, unsure), tuple(p.patch for p in partly)
+                      + tuple(p.patch for p in unsure) + tuple(d.patch for d in drops), found=checked)
     try:
         result = rebase(scratch, onto, leave_out=frozenset(d.patch for d in drops))
     except StoppedOnConflict as e:
@@ -358,11 +371,12 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
 
 
 def _fixed(p: PatchReport) -> bool:
-    """Did upstream fix it? Its own test passes without the fix; or upstream has its diff (its
-    patch-id, or it applies in reverse) and its test does not say the bug is still there."""
+    """May `--drop-fixed` leave it out? Only on a controlled verdict (`fixed upstream`: its own test's
+    cases failed without the fix on the old pin and pass on the new upstream, run after run), or when
+    the new upstream holds its diff byte for byte (it applies in reverse: nothing is left to carry).
+    A patch-id match alone is not enough: upstream may have changed the code since."""
     verdict = p.fix.verdict if p.fix else ""
-    return (verdict == FIXED_VERDICT or p.outcome == dryrun.UPSTREAM
-            or (bool(p.merged_as) and verdict != NOT_FIXED))
+    return verdict == FIXED_VERDICT or p.outcome == dryrun.UPSTREAM
 
 
 def _record(p: PatchReport, patch_id: str, new_commit: str) -> DropRecord:
@@ -383,16 +397,22 @@ def _record(p: PatchReport, patch_id: str, new_commit: str) -> DropRecord:
     return DropRecord(p.patch, patch_id, p.merged_as or new_commit, why, evidence)
 
 
-def fixed_advice(partly: list[PatchReport], drops: list[DropRecord], opts: BumpOptions) -> str:
+def fixed_advice(partly: list[PatchReport], drops: list[DropRecord], opts: BumpOptions,
+                 unsure: list[PatchReport] | None = None) -> str:
     """Why the bump stops on patches upstream fixed, each with its evidence, and what to do."""
     said = [f"{p.patch}: partly fixed upstream, still failing: {', '.join(p.fix.still_failing)}"
             + (f"; now passing: {', '.join(p.fix.now_passing)}" if p.fix.now_passing else "")
             for p in partly if p.fix]
+    said += [f"{p.patch}: merged as {p.merged_as}, but its test {p.fix.verdict if p.fix else 'did not run'}"
+             + (f" ({p.fix.evidence})" if p.fix and p.fix.evidence else "") for p in unsure or []]
     said += [f"{d.patch}: {d.why} ({d.evidence})" for d in drops]
     todo = []
     if partly:
         todo.append("a patch fixed in part needs a person: keep only what is left of it (the cases still "
                     "failing) with `patchset rebase --onto` in the project, or drop it by hand")
+    if unsure:
+        todo.append("a patch upstream merged whose test cannot tell that the bug is gone needs a person: "
+                    "drop it by hand, or keep it with `patchset rebase --onto` in the project")
     if drops and not opts.drop_fixed:
         todo.append(f"`patchset bump --onto {opts.onto} --drop-fixed` leaves out the patches upstream fixed and "
                     "records each in patches/dropped")
@@ -450,11 +470,32 @@ def _owners(scratch: Project, programs: set[str]) -> tuple[str, ...]:
                  if any(t.program in programs and t.program not in buildmod.DEFAULT_PROGRAMS for t in p.meta.tests))
 
 
+REPLAY = "metal-replay"
+
+
+def _replay_for(scratch: Project, opts: BumpOptions) -> tuple[str, ...]:
+    """("metal-replay",) when this machine runs it, the bump's backend is another one, and a patch's
+    proof runs on it (a Metal fix with a `[metal-replay]` test): the bump proves those there too."""
+    if opts.backend == REPLAY or REPLAY not in verifymod.available_backends():
+        return ()
+    return (REPLAY,) if _replayed(scratch) else ()
+
+
+def _replayed(scratch: Project) -> list[str]:
+    return [p.name for p in load_series(scratch.patches_dir).patches
+            if REPLAY in p.meta.backends and any(t.runs_on(REPLAY, p.meta.backends) for t in p.meta.tests)]
+
+
 def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> verifymod.VerifyReport:
     try:
         # the upstream changed: every patch is proven again, no evidence is reused
         report = verifymod.verify(scratch, backends=[opts.backend], progress=progress, reuse=False, jobs=opts.jobs,
                                   cuda_arch=opts.cuda_arch, timeout=opts.timeout_s)
+        if _replay_for(scratch, opts):
+            # the patches whose proof also runs on the host-side Metal replay: proven there as well
+            replayed = verifymod.verify(scratch, _replayed(scratch), backends=[REPLAY], progress=progress,
+                                        reuse=False, jobs=opts.jobs, timeout=opts.timeout_s)
+            report = verifymod.VerifyReport(report.verdicts + replayed.verdicts)
     except PatchsetError as e:
         raise _stage_error(VERIFY, e) from e
     if not report.ok:
@@ -562,6 +603,9 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
              f"- backend: {opts.backend}"]
     if r.ok:
         lines.append("- result: every stage passed; pin and patches/ updated")
+        if r.not_proven_here:
+            lines.append(f"- not proven on this machine: {', '.join(r.not_proven_here)} (their proof needs a "
+                         "backend it lacks: see Verify)")
     else:
         lines.append(f"- result: FAILED at {r.failed_stage} ({r.failure}); nothing in the project was changed")
         lines.append(f"- why: {r.reason}")
@@ -606,6 +650,10 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
     else:
         lines += ["| patch | backend | outcome | reason |", "| --- | --- | --- | --- |"]
         lines += [f"| {v.patch} | {v.backend} | {v.outcome} | {v.reason} |" for v in r.verify.verdicts]
+        if r.verify.not_proven_here:
+            lines += ["", "Not proven on this machine (the bump moves without their proof; prove them where "
+                      "their backend is, e.g. `patchset verify --backend metal` on a Mac):", ""]
+            lines += [f"- {name}: {r.verify.needs_of(name)}" for name in r.verify.not_proven_here]
     return "\n".join(lines) + "\n"
 
 

@@ -7,12 +7,20 @@ for each patch, the tree verify calls "before" on the NEW upstream: the new base
 patches that still apply there, plus only the patch's test part (`Patchset-Test-Paths`), and runs
 the patch's tests on it:
 
-- every case passes: `fixed upstream`;
-- some fail: the same tree on the OLD pin (exactly verify's before tree) says which cases failed
-  there; those that pass now were fixed upstream. None: `not fixed upstream`; some:
-  `partly fixed upstream`, listing the cases that still fail (what is left of the patch);
-- the test part does not apply or does not build there, the test checks nothing, or the backend
-  is not on this machine: `cannot tell`, with why.
+- the control: the same test part on the OLD pin (exactly verify's before tree), built and run in
+  the same check on the same backend. Only cases seen failing there count: a case is fixed when it
+  failed on the old pin and passes on the new upstream. When one looks fixed, each tree's tests run
+  again, back to back on its build (CONFIRM_RUNS in all), and the case must fail in every run on
+  the old pin and pass in every run on the new upstream: a flaky case makes it `cannot tell`;
+- every case that failed on the old pin is fixed, and none fails on the new upstream: `fixed
+  upstream`; some, the others still failing on both: `partly fixed upstream`, listing the cases
+  that still fail (what is left of the patch); none: `not fixed upstream`;
+- `cannot tell`, with why: the test passes on the old pin too (it does not show the bug here), a
+  case is flaky, fails only on the new upstream or is not run there, the test part does not apply
+  or does not build, the tests check nothing (`testrun.tree_verdict`, verify's rule), or the
+  backend is not on this machine. For `Patchset-Before: build-fails` the control is the old pin's
+  compile error in the test paths: a test part that compiles on the new upstream and passes in
+  every run is `fixed upstream`.
 
 The trees are checked out one after another into verify's own source folder (`.patchset/verify/src`,
 switched with `read-tree -u`, which rewrites only the files that differ) and built in verify's build
@@ -39,6 +47,10 @@ from builder.prove.verify import available_backends
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
 
+CONFIRM_RUNS = 2
+"""How often the tests run on each tree before a case counts as fixed: back to back on one build, so
+that a test that fails one run in two is seen doing so (a flaky case is never fixed)."""
+
 
 @dataclass(frozen=True)
 class _Run:
@@ -49,34 +61,41 @@ class _Run:
     only_tests: bool = False
     """The build failed, and only in the patch's test paths."""
     failing: tuple[str, ...] = ()
-    """`program case(params)` of each failing case (or `program: exit N` when it named none)."""
-    checked: bool = True
-    """False when no program checked anything."""
+    """`program case(params)` of each failing case (`program: the program failed` when it named none)."""
+    passing: tuple[str, ...] = ()
+    """The cases seen passing, and `program: the program failed` of each program that passed as a whole."""
+    verdict: str = testrun.TREE_NOTHING
+    """The tree's verdict by verify's rule (`testrun.tree_verdict`)."""
     summary: str = ""
 
+    @property
+    def checked(self) -> bool:
+        return self.verdict != testrun.TREE_NOTHING
 
-def checker(project: Project, backend: str | None = None, progress: ProgressSink | None = None,
+
+def checker(project: Project, backend: str | tuple[str, ...] | None = None, progress: ProgressSink | None = None,
             jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> Check:
     """The check `dryrun.dry_run` runs on what it made: a verdict per patch. Each patch is tested on
-    `backend`, or (None) on the first backend of its `Patchset-Backends` (where its proof runs) that
-    this machine has."""
+    the first backend of its `Patchset-Backends` (where its proof runs) that this machine has, among
+    `backend` (one, or several in order) when given."""
     def check(moved: Moved) -> dict[str, UpstreamFix]:
         return _Checker(project, backend, progress or NullProgress(), jobs, timeout, moved).run()
     return check
 
 
 class _Checker:
-    def __init__(self, project: Project, backend: str | None, progress: ProgressSink, jobs: int | None,
-                 timeout: float | None, moved: Moved) -> None:
-        self.project, self.backend, self.progress, self.jobs, self.timeout = project, backend, progress, jobs, timeout
+    def __init__(self, project: Project, backend: str | tuple[str, ...] | None, progress: ProgressSink,
+                 jobs: int | None, timeout: float | None, moved: Moved) -> None:
+        self.project, self.progress, self.jobs, self.timeout = project, progress, jobs, timeout
+        self.backends = (backend,) if isinstance(backend, str) else backend
         self.moved = moved
         self.root = project.state_dir / "upstream-check"
         self.src = project.state_dir / "verify" / "src"
         """Verify's worktree (see the module docstring); this check's own index says what it last wrote there."""
         self.index = self.root / "index"
         self.here = available_backends()
-        self._runs: dict[tuple[str, str, str], _Run] = {}
-        """(patch, backend, tree) -> its run: the old and the new tree of a patch are one when
+        self._runs: dict[tuple[str, str, str], list[_Run]] = {}
+        """(patch, backend, tree) -> its runs, in order: the old and the new tree of a patch are one when
         upstream did not change what the test part is built from."""
 
     def run(self) -> dict[str, UpstreamFix]:
@@ -98,7 +117,8 @@ class _Checker:
         proof counts: on the others its test passes without the fix (a Metal fix on the CPU)."""
         proof = patch.meta.backends
         reasons = []
-        for b in [self.backend] if self.backend else list(proof):
+        asked = [b for b in self.backends if b in proof] or list(self.backends[:1]) if self.backends else list(proof)
+        for b in asked:
             if b not in self.here:
                 reasons.append(f"backend {b} is not on this machine")
             elif b not in proof:
@@ -110,7 +130,11 @@ class _Checker:
         return "", "; ".join(reasons) or "the patch names no backend (Patchset-Backends)"
 
     def _one(self, k: int, patch: Patch, backend: str, tests: list[TestSpec]) -> UpstreamFix:
+        """The verdict, controlled: a case is fixed upstream only when it failed without the fix on the
+        old pin and passes on the new upstream, on this backend, in every one of CONFIRM_RUNS runs of
+        each tree (the old pin's tree is verify's before tree)."""
         earlier = sum(1 for r in self.moved.report.patches[:k] if r.outcome in ("clean", "3-way"))
+        old_at = self.moved.old_commit[:12]
         where = f"[{backend}] the test part on {self.moved.new_commit[:12]} with {earlier} earlier patch(es)"
         tree = self._test_part(self.moved.new_bases[k], patch)
         if tree is None:
@@ -123,26 +147,63 @@ class _Checker:
             return UpstreamFix(CANNOT_TELL, evidence=f"{where} does not build: {'; '.join(new.errors[:3])}")
         if not new.checked:
             return UpstreamFix(CANNOT_TELL, evidence=f"{where}: the tests check nothing ({new.summary})")
-        if not new.failing:
-            return UpstreamFix(FIXED, evidence=f"{where}: {new.summary}")
+        # a case that passes may be one upstream fixed: the runs that confirm it now, while this tree is built
+        news = self._runs_of(tree, patch, backend, tests, "new") if new.passing else [new]
+        # the control: the same test part on the old pin, where verify saw it fail
         old_tree = self._test_part(self.moved.old_bases[k], patch)
         old = self._run(old_tree, patch, backend, tests, "old") if old_tree else _Run(False)
-        if not old.built or not old.failing:
-            if patch.meta.before == "build-fails":
-                return UpstreamFix(NOT_FIXED, still_failing=new.failing,
-                                   evidence=f"{where}: now builds, and fails: {new.summary}")
-            said = "does not build" if not old.built else "does not fail"
+        said = f"{where}: {new.summary}; on {old_at}"
+        if not old.built:
+            if patch.meta.before == "build-fails" and old.only_tests:
+                # the declared before-evidence: without the fix the test part does not compile
+                return self._compiled_now(news, where,
+                                          f"on {old_at} the test part fails to compile in the test paths "
+                                          f"(Patchset-Before: build-fails): {'; '.join(old.errors[:1])}")
             return UpstreamFix(CANNOT_TELL, still_failing=new.failing,
-                               evidence=f"{where}: {new.summary}; on {self.moved.old_commit[:12]} the test part "
-                               f"{said} without the fix either (run `patchset verify`)")
+                               evidence=f"{said} the test part does not build without the fix, so no run there "
+                               "shows the bug (run `patchset verify`)")
+        if not old.checked:
+            return UpstreamFix(CANNOT_TELL, still_failing=new.failing,
+                               evidence=f"{said} the tests check nothing ({old.summary})")
+        if not old.failing:
+            return UpstreamFix(CANNOT_TELL, still_failing=new.failing,
+                               evidence=f"{said}: {old.summary}: passes on the old pin too: the test does not show "
+                               "the bug here")
+        evidence = f"{said}: {old.summary}"
+        if not any(c in new.passing for c in old.failing):
+            still = tuple(c for c in new.failing if c in old.failing)
+            return UpstreamFix(NOT_FIXED, still_failing=still, evidence=evidence + _only_new(new, old))
+        # something looks fixed: each tree run again, back to back, before a case counts
+        olds = self._runs_of(old_tree or "", patch, backend, tests, "old")
+        flaky = _flaky(news) + _flaky(olds)
+        if flaky:
+            return UpstreamFix(CANNOT_TELL, evidence=f"{evidence}; flaky: {', '.join(dict.fromkeys(flaky))} "
+                               f"passed in one run of {CONFIRM_RUNS} on one tree and failed in another: a flaky "
+                               "test does not show whether upstream fixed the bug")
+        evidence += f" (each tree run {CONFIRM_RUNS} times, the same cases failing)"
         still = tuple(c for c in new.failing if c in old.failing)
-        passing = tuple(c for c in old.failing if c not in new.failing)
+        passing = tuple(c for c in old.failing if c in new.passing)
         other = [c for c in new.failing if c not in old.failing]
-        evidence = (f"{where}: {new.summary}; on {self.moved.old_commit[:12]}: {old.summary}"
-                    + (f"; failing only on the new upstream: {', '.join(other)}" if other else ""))
-        if not passing:
-            return UpstreamFix(NOT_FIXED, still_failing=still, evidence=evidence)
+        unseen = [c for c in old.failing if c not in new.passing and c not in new.failing]
+        if other or unseen:
+            why = "; ".join(filter(None, [f"failing only on the new upstream: {', '.join(other)}" if other else "",
+                                          f"not run on the new upstream: {', '.join(unseen)}" if unseen else ""]))
+            return UpstreamFix(CANNOT_TELL, still, passing, f"{evidence}; {why}")
         return UpstreamFix(PARTLY_FIXED if still else FIXED, still, passing, evidence)
+
+    @staticmethod
+    def _compiled_now(news: list[_Run], where: str, control: str) -> UpstreamFix:
+        """A `build-fails` patch whose test part compiles on the new upstream: fixed when its tests pass
+        there in every run (the API the patch changes is upstream's now, and its behaviour checked)."""
+        new = news[0]
+        if new.failing:
+            return UpstreamFix(NOT_FIXED, still_failing=new.failing,
+                               evidence=f"{where}: now builds, and fails: {new.summary}; {control}")
+        flaky = _flaky(news)
+        if flaky or any(r.verdict != testrun.TREE_PASSES for r in news):
+            return UpstreamFix(CANNOT_TELL, evidence=f"{where}: {'; '.join(r.summary for r in news)}: not the same "
+                               f"in each of {CONFIRM_RUNS} runs; {control}")
+        return UpstreamFix(FIXED, evidence=f"{where}: {new.summary} (run {CONFIRM_RUNS} times); {control}")
 
     def _test_part(self, base: str, patch: Patch) -> str | None:
         """`base` plus only the patch's test paths (as verify's before tree), 3-way where needed; None when
@@ -180,12 +241,22 @@ class _Checker:
             (self.src / rel).unlink(missing_ok=True)
 
     def _run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
-        key = (patch.name, backend, tree)
-        if key not in self._runs:
-            self._runs[key] = self._build_and_run(tree, patch, backend, tests, kind)
-        return self._runs[key]
+        """The first run of the tests on `tree`."""
+        return self._runs_of(tree, patch, backend, tests, kind, 1)[0]
 
-    def _build_and_run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
+    def _runs_of(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str,
+                 n: int = CONFIRM_RUNS) -> list[_Run]:
+        """The first `n` runs of the tests on `tree` (built once: the runs after the first only run the
+        programs again, on the build of the tree checked out last)."""
+        runs = self._runs.setdefault((patch.name, backend, tree), [])
+        while len(runs) < n:
+            if runs and not runs[0].built:
+                return runs * n
+            runs.append(self._build_and_run(tree, patch, backend, tests, kind, len(runs) + 1))
+        return runs[:n]
+
+    def _build_and_run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str,
+                       attempt: int) -> _Run:
         self._checkout(tree)
         programs = tuple(dict.fromkeys(t.program for t in tests))
         spec = buildmod.BuildSpec(source=self.src, build_dir=self.project.build_root /
@@ -202,21 +273,44 @@ class _Checker:
             only = err is not None and hk.in_paths(rel, patch.meta.test_part)
             return _Run(False, errors, only)
         failing: list[str] = []
+        passing: list[str] = []
         summaries = []
-        checked = False
+        verdicts = []
         logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
         for i, t in enumerate(tests, 1):
             inv = _invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind} upstream: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, logs / f"{kind}-{i}-{inv.program}.log", timeout=self.timeout)
+            r = testrun.run_program(result.bin_dir, inv, logs / f"{kind}-{i}-{inv.program}-{attempt}.log",
+                                    timeout=self.timeout)
             self.progress.end()
             cases = [f"{t.program} {c.case_id}" for c in r.cases if c.status in (testrun.FAIL, testrun.CRASH)]
+            whole = f"{t.program}: the program failed"
             if not cases and r.verdict in (testrun.FAILED, testrun.CRASHED):
-                cases = [f"{t.program}: {r.signal_name or f'exit {r.returncode}'}"]
+                cases = [whole]
             failing += [c for c in cases if c not in failing]
-            checked = checked or r.verdict != testrun.NOTHING
-            summaries.append(f"{t} {r.verdict} ({r.passed} passed, {r.failed} failed)")
-        return _Run(True, failing=tuple(failing), checked=checked, summary="; ".join(summaries))
+            passing += [c for c in (f"{t.program} {c.case_id}" for c in r.cases if c.status == testrun.PASS)
+                        if c not in passing and c not in failing]
+            if r.verdict == testrun.PASSED:
+                passing.append(whole)
+            verdicts.append(r.verdict)
+            how = f"{r.signal_name or f'exit {r.returncode}'}, " if r.verdict in (testrun.FAILED, testrun.CRASHED) \
+                and not r.failed else ""
+            summaries.append(f"{t} {r.verdict} ({how}{r.passed} passed, {r.failed} failed)")
+        return _Run(True, failing=tuple(failing), passing=tuple(c for c in passing if c not in failing),
+                    verdict=testrun.tree_verdict(verdicts), summary="; ".join(summaries))
+
+
+def _flaky(runs: list[_Run]) -> list[str]:
+    """The cases that failed in one of `runs` (of one tree) and not in another."""
+    failing = [set(r.failing) for r in runs if r.built]
+    if len(failing) < 2:
+        return []
+    return [c for r in runs for c in r.failing if any(c not in f for f in failing)]
+
+
+def _only_new(new: _Run, old: _Run) -> str:
+    other = [c for c in new.failing if c not in old.failing]
+    return f"; failing only on the new upstream: {', '.join(other)}" if other else ""
 
 
 def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:

@@ -124,8 +124,6 @@ class TreeBuilder:
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
-        any_fail = False
-        all_pass = True
         log_dir = self.project.state_dir / "verify" / "logs" / patch.name.removesuffix(".patch") / backend
         for i, t in enumerate(tests, 1):
             inv = invocation(t, backend)
@@ -138,9 +136,7 @@ class TreeBuilder:
                          "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
                          "failing": r.failing_lines()[:50], "notes": list(r.notes),
                          "trace": str(r.trace) if r.trace else None})
-            any_fail = any_fail or r.verdict in (testrun.FAILED, testrun.CRASHED)
-            all_pass = all_pass and r.verdict == testrun.PASSED
-        verdict = "fails" if any_fail else ("passes" if all_pass else "nothing checked")
+        verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
         return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
 
     def _shared_programs(self, commit: str, own: tuple[str, ...]) -> tuple[str, ...]:

@@ -88,6 +88,19 @@ class VerifyReport:
     def regressed(self) -> bool:
         return any(v.outcome in (REGRESSED, BUILD_FAILED) for v in self.verdicts)
 
+    @property
+    def not_proven_here(self) -> tuple[str, ...]:
+        """The patches proven on no backend of this run, with a `needs X` verdict on one: not proven
+        on this machine (their proof runs only on a backend it lacks)."""
+        proven = {v.patch for v in self.verdicts if v.outcome == PROVEN}
+        return tuple(dict.fromkeys(v.patch for v in self.verdicts
+                                   if v.outcome.startswith(NEEDS) and v.patch not in proven))
+
+    def needs_of(self, patch: str) -> str:
+        """What a patch not proven here needs, in words (`needs metal`)."""
+        return "; ".join(dict.fromkeys(v.outcome for v in self.verdicts
+                                       if v.patch == patch and v.outcome.startswith(NEEDS)))
+
 
 class Verifier:
     """Each patch's verdict on a backend: from the evidence on disk when it still holds, else from

@@ -133,7 +133,14 @@ def recover(project: Project, work: WorkRepo) -> None:
             _write_back(project, work)
     elif state.applied_head != data["new"]:
         work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, data["old"])
-        write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
+        mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
+        write_series(project.patches_dir, mails)
+        # the new files written before the series file named them: the verb started from a patches/
+        # without unlisted files (`_in_step`), so every one now is the killed run's
+        keep = {n for n, _ in mails}
+        for f in project.patches_dir.glob("*.patch"):
+            if f.name not in keep:
+                f.unlink()
     if data.get("ref") and (data.get("verb") == "undo" or state.applied_head != data["new"]):
         work.git.run("update-ref", "-d", data["ref"], check=False)
     f.unlink(missing_ok=True)

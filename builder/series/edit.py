@@ -117,13 +117,13 @@ def recover(project: Project, work: WorkRepo) -> None:
     records it (then only the journal is left). Called with the project lock held."""
     if not work.exists():
         return
-    f = _journal(work)
+    journal = _journal(work)
     try:
-        data = json.loads(f.read_text(encoding="utf-8"))
+        data = json.loads(journal.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return
     except (OSError, ValueError):
-        f.unlink(missing_ok=True)  # written atomically: a damaged journal was never a commit point
+        journal.unlink(missing_ok=True)  # written atomically: a damaged journal was never a commit point
         return
     state = work.load_state()
     if data.get("verb") == "undo":
@@ -138,12 +138,12 @@ def recover(project: Project, work: WorkRepo) -> None:
         # the new files written before the series file named them: the verb started from a patches/
         # without unlisted files (`_in_step`), so every one now is the killed run's
         keep = {n for n, _ in mails}
-        for f in project.patches_dir.glob("*.patch"):
-            if f.name not in keep:
-                f.unlink()
+        for stray in project.patches_dir.glob("*.patch"):
+            if stray.name not in keep:
+                stray.unlink()
     if data.get("ref") and (data.get("verb") == "undo" or state.applied_head != data["new"]):
         work.git.run("update-ref", "-d", data["ref"], check=False)
-    f.unlink(missing_ok=True)
+    journal.unlink(missing_ok=True)
 
 
 def _in_step(project: Project, work: WorkRepo, *, allow_edit: bool = False) -> str:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,13 +284,20 @@ def _listed(project: Project) -> list[str]:
 
 
 # -- the verbs -------------------------------------------------------------------------------------
-def drop(project: Project, n: int) -> EditResult:
-    """Remove patch `n` from the series (the later ones replayed without it)."""
-    with project_lock(project.lock_file, purpose="drop"):
+@contextmanager
+def _on_patch(project: Project, verb: str, n: int) -> Iterator[tuple[WorkRepo, str, list[str], int]]:
+    """The lock held and the series in step: the work repository, `patched`'s head, the series'
+    commits and the 0-based index of patch `n`."""
+    with project_lock(project.lock_file, purpose=verb):
         work = WorkRepo(project.work_repo)
         head = _in_step(project, work)
         commits = _series_commits(work)
-        i = _pick(commits, n)
+        yield work, head, commits, _pick(commits, n)
+
+
+def drop(project: Project, n: int) -> EditResult:
+    """Remove patch `n` from the series (the later ones replayed without it)."""
+    with _on_patch(project, "drop", n) as (work, head, commits, i):
         base = commits[i - 1] if i else work.git.out("rev-parse", UPSTREAM)
         names = {c: k for k, c in enumerate(commits, 1)}
         new = _replay(work.git, base, commits[i + 1:], names)
@@ -297,11 +306,7 @@ def drop(project: Project, n: int) -> EditResult:
 
 def move(project: Project, n: int, before: int) -> EditResult:
     """Put patch `n` just before patch `before` (numbers as they are now; `before` = count + 1: last)."""
-    with project_lock(project.lock_file, purpose="move"):
-        work = WorkRepo(project.work_repo)
-        head = _in_step(project, work)
-        commits = _series_commits(work)
-        i = _pick(commits, n)
+    with _on_patch(project, "move", n) as (work, head, commits, i):
         if not 1 <= before <= len(commits) + 1:
             raise InputError(f"--before {before}: the series has {len(commits)} patch(es) "
                              f"(1..{len(commits) + 1}; {len(commits) + 1} puts it last)")
@@ -355,11 +360,7 @@ def set_upstream_trailer(message: str, value: str) -> str:
 def mark(project: Project, n: int, state: str, value: str) -> EditResult:
     """Set patch `n`'s `Patchset-Upstream` trailer to `state value` (sent URL, merged COMMIT, ...)."""
     text = upstream_value(state, value)
-    with project_lock(project.lock_file, purpose="mark"):
-        work = WorkRepo(project.work_repo)
-        head = _in_step(project, work)
-        commits = _series_commits(work)
-        i = _pick(commits, n)
+    with _on_patch(project, "mark", n) as (work, head, commits, i):
         git = work.git
         parent = commits[i - 1] if i else git.out("rev-parse", UPSTREAM)
         msg = set_upstream_trailer(_message(git, commits[i]), text)
@@ -371,11 +372,7 @@ def mark(project: Project, n: int, state: str, value: str) -> EditResult:
 
 def edit(project: Project, n: int) -> EditResult:
     """Check out patch `n` on `patched` to amend it; the later patches wait for `refresh`."""
-    with project_lock(project.lock_file, purpose="edit"):
-        work = WorkRepo(project.work_repo)
-        head = _in_step(project, work)
-        commits = _series_commits(work)
-        i = _pick(commits, n)
+    with _on_patch(project, "edit", n) as (work, head, commits, i):
         return _start_edit(work, head, n, commits[i], commits[i + 1:], "edit")
 
 

@@ -186,3 +186,15 @@ def test_help_and_version(applied: Proj) -> None:
 def test_each_new_verb_has_help_with_an_example(verb: str) -> None:
     r = run_patchset(verb, "--help")
     assert r.returncode == 0 and "example:" in r.stdout and f"patchset {verb}" in r.stdout.split("example:")[1]
+
+
+def test_an_edit_that_breaks_a_later_patch_stays_an_edit(applied: Proj) -> None:
+    assert ps(applied, "edit", "2")[0] == 0
+    # patch 3 adds a line after this one: rewriting it makes patch 3 fail to apply
+    (applied.work / "tests" / "test-x.c").write_text(
+        (applied.work / "tests" / "test-x.c").read_text().replace('b_len("ab") == 2', 'b_len("abc") == 3'))
+    rc, out = ps(applied, "refresh")
+    assert rc == 3 and "still being edited" in out, out
+    rc, out = ps(applied, "undo")
+    assert rc == 0, out
+    in_step(applied)

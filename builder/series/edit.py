@@ -232,7 +232,8 @@ def _commit(git: GitRepo, tree: str, parent: str, message: str, env: dict[str, s
     return git.run("commit-tree", tree, "-p", parent, "-F", "-", input_text=message, env=env).stdout.strip()
 
 
-def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int]) -> str:
+def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
+            then: str = "nothing was changed") -> str:
     """`commits` applied one by one on `onto` (a 3-way apply of each one's diff in a scratch
     index), keeping message and author; the new tip. ConflictError names the first that does not apply."""
     tip = onto
@@ -244,8 +245,7 @@ def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int]) 
             if diff:
                 r = git.run("apply", "--cached", "--3way", "-", env=env, input_text=diff, check=False)
                 if r.returncode != 0 or git.out("ls-files", "--unmerged", env=env):
-                    raise ConflictError(f"patch {names.get(c, '?')} ({_subject(git, c)}) does not apply there; "
-                                        "nothing was changed")
+                    raise ConflictError(f"patch {names.get(c, '?')} ({_subject(git, c)}) does not apply there; {then}")
             tree = git.out("write-tree", env=env)
             tip = _commit(git, tree, tip, _message(git, c), _author_env(git, c))
     return tip
@@ -440,7 +440,10 @@ def finish_edit(project: Project, work: WorkRepo) -> str:
                             "`patchset undo` gives the edit up")
     rest = list(ed.get("rest", []))
     names = {c: ed["index"] + k for k, c in enumerate(rest, 1)}
-    tip = _replay(git, head, rest, names) if rest else head
+    tip = _replay(git, head, rest, names,
+                  f"patch {ed['index']} is still being edited (its changes committed on 'patched'): change it so "
+                  "that the later patches apply and refresh again, or `patchset undo` to give the edit up"
+                  ) if rest else head
     atomic_write_text(_edit_file(work), json.dumps({**ed, "result": tip}, indent=1) + "\n")
     if tip != head:
         git.run("checkout", "--quiet", "--force", "-B", PATCHED, tip)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.markup import escape
@@ -21,14 +22,45 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
+def version_text(root: Path | None = None) -> str:
+    """`patchset --version`: the version, and the pin and series of the project here (when in one)."""
+    from builder.project import find_root  # noqa: PLC0415 (only --version needs them)
+    from builder.series.model import read_series_file  # noqa: PLC0415
+    from builder.upstream.pin import load_pin  # noqa: PLC0415
+    lines = [f"patchset {__version__}"]
+    try:
+        root = root or find_root(Path.cwd())
+        pin = load_pin(root / "upstream" / "llama.cpp.toml")
+        lines.append(f"pin: {pin.name} {pin.tag or '(no tag)'} commit {pin.commit} "
+                     f"({root / 'upstream' / 'llama.cpp.toml'})")
+        entries = read_series_file(root / "patches" / "series")[0] if (root / "patches" / "series").is_file() else []
+        lines.append(f"series: {len(entries)} patch(es) in {root / 'patches'}")
+    except PatchsetError as e:
+        lines.append(f"(no project here: {e})")
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version, and the pin and series of the "
+                         "project here, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        root = getattr(namespace, "project", None)
+        print(version_text(root.resolve() if root else None))
+        parser.exit()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with `only`, the other commands are names without their options (their
     modules are not imported)."""
     parser = argparse.ArgumentParser(
         prog="patchset",
         description="Keep a fork's fixes as a patch series on a pinned llama.cpp; build, test and prove them.",
+        epilog="`patchset help COMMAND` (or `patchset COMMAND --help`) says more of one command.",
     )
-    parser.add_argument("--version", action="version", version=f"patchset {__version__}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
     parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
@@ -38,9 +70,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name)
             continue
         cmd = load(name)
-        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=textwrap.fill(cmd.HELP, 96),
+                           epilog=getattr(cmd, "EXAMPLE", None), formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.add_arguments(p)
-        p.set_defaults(handler=cmd.run)
+        p.set_defaults(handler=cmd.run, needs_project=getattr(cmd, "NEEDS_PROJECT", True), root_parser=parser)
     return parser
 
 
@@ -55,7 +88,7 @@ def _verb(argv: list[str]) -> str | None:
         elif a.startswith("-"):
             return None
         else:
-            return a if a in NAMES else None
+            return a if a in NAMES and a != "help" else None
     return None
 
 
@@ -64,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(var, None)
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(only=_verb(argv))
+    if not argv:
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     setup_logging(args.debug)
     try:
         proc.check_timeout_variables()
-        project = load_project(root=args.project, pin_file=args.pin)
+        project = load_project(root=args.project, pin_file=args.pin) if args.needs_project else None
         return exit_code(args.handler(args, project))
     except PatchsetError as e:
         if args.debug:

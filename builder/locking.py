@@ -1,7 +1,8 @@
 """Every lock patchset takes, one mechanism: an OS file lock with its holder written beside it.
 
 The project lock: every verb that writes to the work repository or to `.patchset/` (apply,
-refresh, rebase, build, test, slice, verify, gc) holds it for its whole run. A second process
+refresh, rebase, build, test, slice, verify, gc, and the series verbs new, edit, drop, move, mark,
+undo) holds it for its whole run. A second process
 waits for it (`$PATCHSET_LOCK_TIMEOUT` seconds, default 600; 0 refuses at once), saying once who
 holds it, and then refuses with a message naming the holder. The cache lock (`<cache>/lock`,
 shared by every project on the machine) keeps two fetches or pin imports from interleaving; a

@@ -297,3 +297,15 @@ def stream(
         p.stdout.close()
     _logged(argv, start, "timeout" if timed_out else rc)
     return Completed(argv, rc, "".join(chunks), "", time.monotonic() - start, timed_out)
+
+
+def interactive(cmd: Sequence[str | os.PathLike[str]]) -> int:
+    """Run a program a person works in (an editor) on this terminal: stdin, stdout and stderr are
+    ours, no time limit. Its exit code."""
+    argv = tuple(str(c) for c in cmd)
+    fault_point(f"{' '.join(argv[:6])} [{_subcommand(argv)}]")
+    start = time.monotonic()
+    log.debug("RUN: %s", " ".join(argv))
+    rc = subprocess.call(argv)
+    _logged(argv, start, rc)
+    return rc

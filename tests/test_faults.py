@@ -9,6 +9,7 @@ leave cache, work repository, patches/ and the pin consistent: every ref resolve
 is clean, patches/ and the pin are byte-identical to the never-killed run's. `patchset gc` then
 removes what the killed run left behind.
 
+The series verbs `drop`, `move` and `mark` are killed the same way.
 The fast suite tries one point per command (verify's: between the two evidence files); the
 integration marker six spread over each command's points (verify's test program runs and evidence
 writes among them), and every point with PATCHSET_FAULT_ALL=1.
@@ -190,9 +191,20 @@ def verify_scenario(tmp_path: Path) -> Scenario:
     return s
 
 
+def series_verb_scenario(*args: str) -> Callable[[Path], Scenario]:
+    """A series verb (`drop`, `move`, `mark`) on the applied standard series."""
+    def make(tmp_path: Path) -> Scenario:
+        s = _base(tmp_path, args)
+        assert s.run("apply")[0] == 0
+        return s
+    return make
+
+
 SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "fetch": fetch_scenario, "apply": apply_scenario, "refresh": refresh_scenario, "rebase": rebase_scenario,
     "verify": verify_scenario,
+    "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
+    "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
 }
 
 

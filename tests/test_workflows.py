@@ -263,3 +263,25 @@ def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed(
     assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text
     # exit 6 (moved; a patch needs a backend the runner lacks, named in the report) opens the pull request too
     assert '--drop-fixed || { rc=$?; [ "$rc" -eq 6 ] || exit "$rc"; }' in text
+
+
+def _apt_packages(script: str) -> set[str]:
+    """The packages of every `apt-get install` in a shell script (options left out)."""
+    found: set[str] = set()
+    for line in re.sub(r"\\\n\s*", " ", script).splitlines():
+        words = shlex.split(line, comments=True)
+        if "apt-get" in words and "install" in words:
+            found |= {w for w in words[words.index("install") + 1:] if not w.startswith("-")}
+    return found
+
+
+def test_linux_cpu_workflow_runs_what_ci_run_runs() -> None:
+    """linux-cpu.yml installs the Linux Metal check's system packages and calls the same patchset
+    commands, in the same order, as .ci/run (the CI rehearsal on a clean clone)."""
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    packages = set(re.search(r"metal_check_packages=\(([^)]*)\)", ci_run)[1].split())  # type: ignore[index]
+    job = yaml.safe_load((ROOT / ".github" / "workflows" / "linux-cpu.yml").read_text())["jobs"]["test"]
+    steps = "\n".join(s.get("run", "") for s in job["steps"])
+    assert _apt_packages(steps) == packages
+    assert patchset_calls(steps) == patchset_calls(ci_run)
+    assert ["check", "--strict"] in patchset_calls(ci_run) and ["refresh", "--check"] in patchset_calls(ci_run)

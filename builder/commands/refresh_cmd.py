@@ -4,7 +4,9 @@ import argparse
 
 from builder.console import console
 from builder.errors import Outcome
+from builder.locking import project_lock
 from builder.project import Project
+from builder.series.edit import finish_pending
 from builder.series.refresh import check_current, refresh
 
 NAME = "refresh"
@@ -29,7 +31,11 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
             return Outcome.FAILED
         console.print("patches/ is current: exactly what `patchset refresh` writes from 'patched'")
         return Outcome.OK
-    result = refresh(project, force=args.force)
+    with project_lock(project.lock_file, purpose="refresh"):
+        edited = finish_pending(project)
+        result = refresh(project, force=args.force)
+    if edited:
+        console.print(f"edit of '{edited}' folded back into 'patched'", highlight=False)
     if result.backup:
         console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]

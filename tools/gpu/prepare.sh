@@ -14,7 +14,7 @@
 # Measured: about 38 MB in all (the bundle is the pin's whole tree, ~34 MB: fetch checks its tree
 # id against the pin, so a slice of it would not do). cmake is not carried (the GPU image has
 # one; its wheel alone is ~27 MB); every other wheel is pure Python or py3-none-manylinux, so the
-# folder fits CPython 3.11 and 3.12 on Linux x86_64 alike.
+# folder fits CPython 3.11 and 3.12 on Linux x86_64 (glibc 2.28 or newer) alike.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -37,9 +37,12 @@ deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 keep = [d for d in deps if re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower() != "cmake"]
 open(sys.argv[1], "w").write("\n".join(keep + ["setuptools>=77", "pip"]) + "\n")
 PY
+# the platform tags a glibc 2.28 x86_64 machine takes (pip asks for exactly those given): the pinned
+# clang-format has manylinux_2_27/_2_28 wheels only (tests/test_gpu_prepare.py checks every dependency)
 for ver in 3.11 3.12; do
     "$py" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform linux_x86_64 \
+        --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 \
         --python-version "$ver" --implementation cp -d "$tmp/wheels" -r "$tmp/requirements.txt"
 done
 

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.commands.series_view import print_edit
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.edit import drop
+
+NAME = "drop"
+HELP = ("remove patch N from the series: the later patches are replayed without it (nothing changes when one "
+        "no longer applies, exit 3); patches/ and 'patched' updated together; `patchset undo` brings it back")
+EXAMPLE = """example:
+  patchset drop 3"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("n", metavar="N", type=int, help="the patch's number in the series (as `patchset status` shows it)")
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    print_edit(drop(project, args.n))
+    return Outcome.OK

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.commands.series_view import print_edit
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.edit import edit
+
+NAME = "edit"
+HELP = ("check out patch N on branch 'patched' to amend it (the later patches wait); `patchset refresh` folds the "
+        "work tree into it, replays the later patches and writes patches/ back; `patchset undo` gives the edit up")
+EXAMPLE = """example:
+  patchset edit 2
+  $EDITOR .patchset/work/llama.cpp/ggml/src/ggml.c
+  patchset refresh"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("n", metavar="N", type=int, help="the patch's number in the series (as `patchset status` shows it)")
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    print_edit(edit(project, args.n))
+    return Outcome.OK

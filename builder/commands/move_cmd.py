@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.commands.series_view import print_edit
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.edit import move
+
+NAME = "move"
+HELP = ("put patch N just before patch M (numbers as they are now; M = the count + 1 puts it last); the patches "
+        "replayed in the new order (nothing changes when one no longer applies, exit 3); `patchset undo` goes back")
+EXAMPLE = """example:
+  patchset move 4 --before 2"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("n", metavar="N", type=int, help="the patch to move (its number as `patchset status` shows it)")
+    p.add_argument("--before", metavar="M", type=int, required=True, help="the patch it is to come before")
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    print_edit(move(project, args.n, args.before))
+    return Outcome.OK

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import argparse
+
+from builder.commands.series_view import print_recoveries
+from builder.console import console
+from builder.errors import Outcome
+from builder.project import Project
+from builder.series.edit import undo
+
+NAME = "undo"
+HELP = ("put 'patched' and patches/ back as they were before the last new, edit, drop, move, mark (its recovery "
+        "ref, which is then removed; an edit in progress is given up, its uncommitted work saved under "
+        "refs/patchset/backup/); lists the recovery refs kept")
+EXAMPLE = """example:
+  patchset drop 2
+  patchset undo"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    result = undo(project)
+    console.print(f"back to {result.restored.ref} ({result.restored.commit[:12]}, before {result.restored.verb}): "
+                  f"{len(result.patches)} patch(es)", highlight=False)
+    for i, name in enumerate(result.patches, 1):
+        console.print(f"  {i:>3} {name}", highlight=False)
+    print_recoveries(result.kept)
+    return Outcome.OK

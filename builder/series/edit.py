@@ -1,0 +1,496 @@
+"""The series verbs: `new`, `edit`, `drop`, `move`, `mark` and `undo`, on branch `patched` and
+`patches/` together, each under the project lock.
+
+Every verb starts from a series in step (the work tree clean, `patched` as the last apply or
+refresh left it, `patches/` exactly what refresh writes from it), leaves a recovery ref
+`refs/patchset/undo/NNNN-<verb>` at `patched` as it was, and ends with the two in step again:
+
+- `drop`, `move` and `mark` make the new commits in a scratch index (each later patch replayed
+  with a 3-way apply; nothing is touched when one does not apply), then record the step in a
+  journal (`<git dir>/patchset/series-op.json`), move `patched`, write `patches/` and the state.
+  A run killed after the journal was written is rolled back by the next series verb, `refresh` or
+  `apply`: `patched` and `patches/` as they were, the recovery ref removed.
+- `edit N` checks out patch N on `patched` (the later patches kept in `<git dir>/patchset/edit.json`
+  and under the recovery ref); `new NAME` adds an empty patch with the trailer template on top of
+  the series and starts an edit of it. The next `refresh` folds the work tree into the patch,
+  replays the later patches on it and writes `patches/` back.
+- `undo` moves `patched` and `patches/` back to the newest recovery ref (and ends an edit), and
+  removes that ref; the others are kept and listed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import ConflictError, InputError, SeriesError, WorkTreeError
+from builder.fsutil import atomic_write_text
+from builder.gitrepo import COMMITTER, GitRepo
+from builder.locking import project_lock
+from builder.project import Project
+from builder.series.model import UPSTREAM_STATES, _upstream_problem, read_series_file
+from builder.series.refresh import current_mails, format_key, format_mails, stale_files, write_series
+from builder.series.workrepo import (
+    PATCHED,
+    UPSTREAM,
+    WorkRepo,
+    digests_of,
+    ensure_no_op,
+    fingerprint_of,
+    read_patches_dir,
+)
+from builder.upstream.pin import load_pin
+
+UNDO_PREFIX = "refs/patchset/undo/"
+
+TEMPLATE_BODY = """\
+<what was wrong, what the fix changes, how it was tested>
+
+Patchset-Upstream: not-sent
+Patchset-Origin: <the pull request or commit the fix comes from>
+Patchset-Backends: cpu
+Patchset-Test: <test program and its arguments, e.g. test-backend-ops test -o ADD>
+Patchset-Test-Paths: <the patch's test files, e.g. tests/test-backend-ops.cpp>
+"""
+"""The message of a new patch after its subject (`docs/series-format.md` says what each trailer means)."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A recovery ref a series verb left: `patched` as it was before that verb."""
+
+    ref: str
+    commit: str
+    verb: str
+    patches: int
+
+
+@dataclass(frozen=True)
+class EditResult:
+    verb: str
+    recovery: str
+    """The recovery ref this verb left ('' for none)."""
+    patches: tuple[str, ...] = ()
+    """patches/ as the verb left it."""
+    editing: str = ""
+    """new/edit: the subject of the patch now checked out for editing."""
+    work_tree: Path | None = None
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    restored: Recovery
+    kept: tuple[Recovery, ...]
+    patches: tuple[str, ...]
+
+
+# -- the journal and the edit record ---------------------------------------------------------------
+def _journal(work: WorkRepo) -> Path:
+    return work.meta_dir / "series-op.json"
+
+
+def _edit_file(work: WorkRepo) -> Path:
+    return work.meta_dir / "edit.json"
+
+
+def editing(work: WorkRepo) -> dict | None:
+    """The edit in progress (`edit N` or `new`), or None."""
+    try:
+        data = json.loads(_edit_file(work).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise WorkTreeError(f"{_edit_file(work)}: unreadable edit record ({e}); `patchset undo` ends the edit") from e
+    return data if isinstance(data, dict) else None
+
+
+def forget_edit(work: WorkRepo) -> None:
+    """An edit in progress given up (`apply --force` makes `patched` again from patches/)."""
+    _edit_file(work).unlink(missing_ok=True)
+
+
+def recover(project: Project, work: WorkRepo) -> None:
+    """Finish what a killed series verb left: roll its step back unless the state already
+    records it (then only the journal is left). Called with the project lock held."""
+    if not work.exists():
+        return
+    journal = _journal(work)
+    try:
+        data = json.loads(journal.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        journal.unlink(missing_ok=True)  # written atomically: a damaged journal was never a commit point
+        return
+    state = work.load_state()
+    if data.get("verb") == "undo":
+        # an undo is finished, not rolled back: the edit it gave up is gone already
+        if state.applied_head != data["new"]:
+            work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, data["new"])
+            _write_back(project, work)
+    elif state.applied_head != data["new"]:
+        work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, data["old"])
+        mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}")
+        write_series(project.patches_dir, mails)
+        # the new files written before the series file named them: the verb started from a patches/
+        # without unlisted files (`_in_step`), so every one now is the killed run's
+        keep = {n for n, _ in mails}
+        for stray in project.patches_dir.glob("*.patch"):
+            if stray.name not in keep:
+                stray.unlink()
+    if data.get("ref") and (data.get("verb") == "undo" or state.applied_head != data["new"]):
+        work.git.run("update-ref", "-d", data["ref"], check=False)
+    journal.unlink(missing_ok=True)
+
+
+def _in_step(project: Project, work: WorkRepo, *, allow_edit: bool = False) -> str:
+    """Refuse unless `patched` and patches/ are in step; `patched`'s head."""
+    head = work.head() if work.exists() else None
+    if head is None:
+        raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+    recover(project, work)
+    ensure_no_op(work)
+    ed = editing(work)
+    if ed is not None and not allow_edit:
+        raise WorkTreeError(f"patch {ed['index']} is being edited in {work.path}: `patchset refresh` writes it back, "
+                            "`patchset undo` gives the edit up")
+    dirty = work.git.is_dirty()
+    if dirty:
+        raise WorkTreeError(f"{work.path}: uncommitted changes ({', '.join(d[3:] for d in dirty[:3])}): "
+                            "commit them on 'patched' and `patchset refresh`, or `git stash` them first")
+    state = work.load_state()
+    head = work.head() or ""
+    if head != state.applied_head:
+        raise WorkTreeError(f"branch '{PATCHED}' has commits not written back to patches/: `patchset refresh` first")
+    commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
+    mails = current_mails(project.patches_dir, work.git, commits, state, format_key(work.git))
+    stale = stale_files(project.patches_dir, mails)
+    if stale:
+        raise WorkTreeError(
+            f"{project.patches_dir}: not what `patchset refresh` writes from '{PATCHED}' "
+            f"({', '.join(f'{c.name} {c.change}' for c in stale[:4])}): `patchset apply` to use the edits, "
+            "or `patchset refresh` to write the branch back")
+    return head
+
+
+def _series_commits(work: WorkRepo) -> list[str]:
+    return work.git.commits(f"{UPSTREAM}..{PATCHED}")
+
+
+def _pick(commits: list[str], n: int, what: str = "patch") -> int:
+    """The 0-based index of patch `n` (1-based, as `patchset status` numbers them)."""
+    if not 1 <= n <= len(commits):
+        raise InputError(f"{what} {n}: the series has {len(commits)} patch(es) (1..{len(commits)})")
+    return n - 1
+
+
+def recoveries(git: GitRepo) -> list[Recovery]:
+    """The recovery refs of the series verbs, oldest first."""
+    out = git.out("for-each-ref", "--format=%(refname) %(objectname)", UNDO_PREFIX)
+    found = []
+    for line in out.splitlines():
+        ref, commit = line.split()
+        name = ref[len(UNDO_PREFIX):]
+        verb = name.split("-", 1)[1] if "-" in name else name
+        base = git.rev(f"refs/heads/{UPSTREAM}")
+        n = len(git.commits(f"{base}..{commit}")) if base and _is_ancestor(git, base, commit) else -1
+        found.append(Recovery(ref, commit, verb, n))
+    return sorted(found, key=lambda r: r.ref)
+
+
+def _is_ancestor(git: GitRepo, a: str, b: str) -> bool:
+    return git.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+
+def _next_ref(git: GitRepo, verb: str) -> str:
+    have = recoveries(git)
+    last = max((int(r.ref[len(UNDO_PREFIX):].split("-", 1)[0]) for r in have
+                if r.ref[len(UNDO_PREFIX):].split("-", 1)[0].isdigit()), default=0)
+    return f"{UNDO_PREFIX}{last + 1:04d}-{verb}"
+
+
+# -- making commits without touching the work tree -------------------------------------------------
+def _author_env(git: GitRepo, commit: str) -> dict[str, str]:
+    name, email, date = git.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
+    return {**COMMITTER, "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+
+
+def _message(git: GitRepo, commit: str) -> str:
+    return git.run("log", "-1", "--format=%B", commit).stdout.rstrip("\n") + "\n"
+
+
+def _subject(git: GitRepo, commit: str) -> str:
+    return git.out("log", "-1", "--format=%s", commit)
+
+
+def _commit(git: GitRepo, tree: str, parent: str, message: str, env: dict[str, str]) -> str:
+    return git.run("commit-tree", tree, "-p", parent, "-F", "-", input_text=message, env=env).stdout.strip()
+
+
+def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
+            then: str = "nothing was changed") -> str:
+    """`commits` applied one by one on `onto` (a 3-way apply of each one's diff in a scratch
+    index), keeping message and author; the new tip. ConflictError names the first that does not apply."""
+    tip = onto
+    with tempfile.TemporaryDirectory(prefix="patchset-replay-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        for c in commits:
+            git.run("read-tree", tip, env=env)
+            diff = git.run("diff", "--binary", "--full-index", "--no-renames", f"{c}^", c).stdout
+            if diff:
+                r = git.run("apply", "--cached", "--3way", "-", env=env, input_text=diff, check=False)
+                if r.returncode != 0 or git.out("ls-files", "--unmerged", env=env):
+                    raise ConflictError(f"patch {names.get(c, '?')} ({_subject(git, c)}) does not apply there; {then}")
+            tree = git.out("write-tree", env=env)
+            tip = _commit(git, tree, tip, _message(git, c), _author_env(git, c))
+    return tip
+
+
+def _rewrite(project: Project, work: WorkRepo, verb: str, old: str, new: str) -> EditResult:
+    """Move `patched` from `old` to `new`, write patches/ and the state; the journal first, so that
+    a killed run is rolled back by the next one (`recover`)."""
+    ref = _next_ref(work.git, verb)
+    atomic_write_text(_journal(work), json.dumps({"verb": verb, "old": old, "new": new, "ref": ref}) + "\n")
+    work.git.update_ref(ref, old, f"patchset {verb}")
+    work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, new)
+    _write_back(project, work)
+    _journal(work).unlink(missing_ok=True)
+    return EditResult(verb, ref, tuple(_listed(project)))
+
+
+def _write_back(project: Project, work: WorkRepo) -> None:
+    """patches/ from `patched`, and the state that says they are in step."""
+    commits = work.git.commits(f"{UPSTREAM}..{PATCHED}")
+    mails = format_mails(work.git, f"{UPSTREAM}..{PATCHED}") if commits else []
+    write_series(project.patches_dir, mails)
+    files = read_patches_dir(project.patches_dir)
+    pin = load_pin(project.pin_file)
+    listed = [(n, files.get(n, b"")) for n in _listed(project)]
+    fp = fingerprint_of(pin, pin.tree, files.get("series", b""), listed)
+    digests = digests_of(files)
+    formatted = ([[c, name, digests.get(name, "")] for c, (name, _) in zip(commits, mails, strict=True)]
+                 if len(commits) == len(mails) else [])
+    work.finish({"fingerprint": fp, "applied_head": work.head() or "", "patch_digests": digests,
+                 "digests_fingerprint": fp, "formatted": formatted, "formatted_key": format_key(work.git)})
+
+
+def _listed(project: Project) -> list[str]:
+    return [e.name for e in read_series_file(project.series_file)[0]]
+
+
+# -- the verbs -------------------------------------------------------------------------------------
+@contextmanager
+def _on_patch(project: Project, verb: str, n: int) -> Iterator[tuple[WorkRepo, str, list[str], int]]:
+    """The lock held and the series in step: the work repository, `patched`'s head, the series'
+    commits and the 0-based index of patch `n`."""
+    with project_lock(project.lock_file, purpose=verb):
+        work = WorkRepo(project.work_repo)
+        head = _in_step(project, work)
+        commits = _series_commits(work)
+        yield work, head, commits, _pick(commits, n)
+
+
+def drop(project: Project, n: int) -> EditResult:
+    """Remove patch `n` from the series (the later ones replayed without it)."""
+    with _on_patch(project, "drop", n) as (work, head, commits, i):
+        base = commits[i - 1] if i else work.git.out("rev-parse", UPSTREAM)
+        names = {c: k for k, c in enumerate(commits, 1)}
+        new = _replay(work.git, base, commits[i + 1:], names)
+        return _rewrite(project, work, "drop", head, new)
+
+
+def move(project: Project, n: int, before: int) -> EditResult:
+    """Put patch `n` just before patch `before` (numbers as they are now; `before` = count + 1: last)."""
+    with _on_patch(project, "move", n) as (work, head, commits, i):
+        if not 1 <= before <= len(commits) + 1:
+            raise InputError(f"--before {before}: the series has {len(commits)} patch(es) "
+                             f"(1..{len(commits) + 1}; {len(commits) + 1} puts it last)")
+        if before in (n, n + 1):
+            raise InputError(f"patch {n} is already just before patch {before}: nothing to move")
+        order = list(commits)
+        moving = order.pop(i)
+        order.insert(before - 1 if before < n else before - 2, moving)
+        first = next(k for k, (a, b) in enumerate(zip(order, commits, strict=True)) if a != b)
+        base = commits[first - 1] if first else work.git.out("rev-parse", UPSTREAM)
+        names = {c: k for k, c in enumerate(commits, 1)}
+        new = _replay(work.git, base, order[first:], names)
+        return _rewrite(project, work, "move", head, new)
+
+
+def upstream_value(state: str, value: str) -> str:
+    """The `Patchset-Upstream` value `mark` writes; InputError when malformed."""
+    if state not in UPSTREAM_STATES or state == "not-sent":
+        raise InputError(f"mark: '{state}' is not one of sent URL, merged COMMIT, rejected URL, not-needed WHY")
+    problem = _upstream_problem(state, value)
+    if problem:
+        raise InputError(f"mark: {problem}")
+    return f"{state} {value}".strip()
+
+
+def set_upstream_trailer(message: str, value: str) -> str:
+    """`message` with its `Patchset-Upstream` (or deprecated `Patchset-Status`) trailer replaced by `value`,
+    or the trailer added at the end of the trailer block."""
+    lines = message.rstrip("\n").split("\n")
+    # the trailer block: the last paragraph
+    start = max((k + 1 for k, line in enumerate(lines) if not line.strip()), default=len(lines))
+    block = lines[start:]
+    is_trailers = start > 0 and block and all(re.match(r"^[A-Za-z0-9-]+:\s", b) or b[:1].isspace() for b in block)
+    new_line = f"Patchset-Upstream: {value}"
+    if not is_trailers:
+        return "\n".join(lines) + "\n\n" + new_line + "\n"
+    kept: list[str] = []
+    placed = False
+    for b in block:
+        if re.match(r"^(Patchset-Upstream|Patchset-Status):", b, re.IGNORECASE):
+            if not placed:
+                kept.append(new_line)
+                placed = True
+            continue
+        kept.append(b)
+    if not placed:
+        kept.append(new_line)
+    return "\n".join(lines[:start] + kept) + "\n"
+
+
+def mark(project: Project, n: int, state: str, value: str) -> EditResult:
+    """Set patch `n`'s `Patchset-Upstream` trailer to `state value` (sent URL, merged COMMIT, ...)."""
+    text = upstream_value(state, value)
+    with _on_patch(project, "mark", n) as (work, head, commits, i):
+        git = work.git
+        parent = commits[i - 1] if i else git.out("rev-parse", UPSTREAM)
+        msg = set_upstream_trailer(_message(git, commits[i]), text)
+        tip = _commit(git, git.tree_of(commits[i]), parent, msg, _author_env(git, commits[i]))
+        for c in commits[i + 1:]:  # the same trees on the new parent
+            tip = _commit(git, git.tree_of(c), tip, _message(git, c), _author_env(git, c))
+        return _rewrite(project, work, "mark", head, tip)
+
+
+def edit(project: Project, n: int) -> EditResult:
+    """Check out patch `n` on `patched` to amend it; the later patches wait for `refresh`."""
+    with _on_patch(project, "edit", n) as (work, head, commits, i):
+        return _start_edit(work, head, n, commits[i], commits[i + 1:], "edit")
+
+
+def _start_edit(work: WorkRepo, tip: str, n: int, at: str, rest: list[str], verb: str) -> EditResult:
+    ref = _next_ref(work.git, verb)
+    work.git.update_ref(ref, tip, f"patchset {verb}")
+    atomic_write_text(_edit_file(work), json.dumps({"index": n, "commit": at, "rest": rest, "tip": tip,
+                                                    "ref": ref}, indent=1) + "\n")
+    work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, at)
+    return EditResult(verb, ref, editing=_subject(work.git, at), work_tree=work.path)
+
+
+def author_ident(project: Project, author: str = "") -> dict[str, str]:
+    """The author of a new patch: `author` ("Name <email>"), else the person git names outside the
+    work repository (whose own configuration says `patchset`)."""
+    if author:
+        m = re.fullmatch(r"\s*(.+?)\s*<([^<>]+)>\s*", author)
+        if not m:
+            raise InputError(f"--author '{author}': give it as 'Name <email>'")
+        return {"GIT_AUTHOR_NAME": m[1], "GIT_AUTHOR_EMAIL": m[2]}
+    r = GitRepo(project.root).run("var", "GIT_AUTHOR_IDENT", check=False)
+    m = re.match(r"(.+?) <([^<>]*)>", r.stdout.strip())
+    if r.returncode != 0 or not m:
+        return {}
+    return {"GIT_AUTHOR_NAME": m[1], "GIT_AUTHOR_EMAIL": m[2]}
+
+
+def new(project: Project, name: str, body: str, author: dict[str, str]) -> EditResult:
+    """Add an empty patch `name` with message body `body` on top of the series and start editing it."""
+    subject = " ".join(name.split())
+    if not subject:
+        raise InputError("new: give the patch's subject, e.g. `patchset new 'ggml : fix ADD for n == 0'`")
+    body = "\n".join(line for line in body.splitlines() if not line.startswith("#")).strip("\n")
+    with project_lock(project.lock_file, purpose="new"):
+        work = WorkRepo(project.work_repo)
+        head = _in_step(project, work)
+        n = len(_series_commits(work)) + 1
+        c = _commit(work.git, work.git.tree_of(head), head, f"{subject}\n\n{body}\n" if body else f"{subject}\n",
+                    {**COMMITTER, **author})
+        return _start_edit(work, head, n, c, [], "new")
+
+
+def finish_edit(project: Project, work: WorkRepo) -> str:
+    """Called by `refresh` (lock held): fold the work tree into the patch being edited, replay the
+    later patches on it and leave `patched` at the new tip; '' when no edit is in progress, else the
+    subject of the edited patch."""
+    ed = editing(work)
+    if ed is None:
+        return ""
+    git = work.git
+    done = ed.get("result")
+    if done and work.head() == done:  # killed after moving the branch: only the record is left
+        _edit_file(work).unlink(missing_ok=True)
+        return _subject(git, done)
+    if git.current_branch() != PATCHED:
+        raise WorkTreeError(f"{work.path}: patch {ed['index']} is being edited on '{PATCHED}', but another branch "
+                            "is checked out: check out 'patched' again")
+    parent = git.rev(f"{ed['commit']}^") or ""
+    if git.is_dirty():
+        git.run("add", "--all")
+        git.run("commit", "--quiet", "--amend", "--no-edit", "--allow-empty", env=COMMITTER)
+    head = git.out("rev-parse", "HEAD")
+    if parent and not _is_ancestor(git, parent, head):
+        raise WorkTreeError(f"{work.path}: 'patched' no longer holds the patches before patch {ed['index']}; "
+                            "`patchset undo` gives the edit up")
+    rest = list(ed.get("rest", []))
+    names = {c: ed["index"] + k for k, c in enumerate(rest, 1)}
+    tip = _replay(git, head, rest, names,
+                  f"patch {ed['index']} is still being edited (its changes committed on 'patched'): change it so "
+                  "that the later patches apply and refresh again, or `patchset undo` to give the edit up"
+                  ) if rest else head
+    atomic_write_text(_edit_file(work), json.dumps({**ed, "result": tip}, indent=1) + "\n")
+    if tip != head:
+        git.run("checkout", "--quiet", "--force", "-B", PATCHED, tip)
+    _edit_file(work).unlink(missing_ok=True)
+    if git.tree_of(head) == git.tree_of(parent or head):
+        raise SeriesError(f"patch {ed['index']} ({_subject(git, head)}) changes nothing: make its change in "
+                          f"{work.path} and refresh again, or `patchset drop {ed['index']}`")
+    return _subject(git, head)
+
+
+def undo(project: Project) -> UndoResult:
+    """`patched` and patches/ back to the newest recovery ref, which is removed; an edit in
+    progress is given up (its uncommitted work saved under refs/patchset/backup/ first)."""
+    with project_lock(project.lock_file, purpose="undo"):
+        work = WorkRepo(project.work_repo)
+        if not work.exists() or work.head() is None:
+            raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+        recover(project, work)
+        ensure_no_op(work)
+        have = recoveries(work.git)
+        if not have:
+            raise WorkTreeError("nothing to undo: no recovery ref under refs/patchset/undo/ "
+                                "(the series verbs leave one)")
+        last = have[-1]
+        up = work.git.out("rev-parse", UPSTREAM)
+        if not _is_ancestor(work.git, up, last.commit):
+            raise WorkTreeError(f"{last.ref} was made on another upstream (before a rebase or bump); "
+                                "`patchset rebase` names that way back (refs/patchset/before-<pin>)")
+        if work.git.is_dirty():
+            work.backup("undo")
+        atomic_write_text(_journal(work), json.dumps({"verb": "undo", "old": work.head(), "new": last.commit,
+                                                      "ref": last.ref}) + "\n")
+        _edit_file(work).unlink(missing_ok=True)
+        work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, last.commit)
+        _write_back(project, work)
+        work.git.run("update-ref", "-d", last.ref)
+        _journal(work).unlink(missing_ok=True)
+        return UndoResult(last, tuple(have[:-1]), tuple(_listed(project)))
+
+
+def finish_pending(project: Project) -> str:
+    """Before a refresh (the lock held or taken here): a killed verb rolled back, an edit in progress
+    folded back into `patched` (`finish_edit`). The subject of the edited patch, or ''."""
+    with project_lock(project.lock_file, purpose="refresh"):
+        work = WorkRepo(project.work_repo)
+        if not work.exists():
+            return ""
+        recover(project, work)
+        ensure_no_op(work)
+        return finish_edit(project, work)

@@ -1,0 +1,107 @@
+"""docs/guide.md runs: every ```sh block of the guide, in order and in one shell, on a synthetic
+upstream laid out like llama.cpp, with a team's series of five patches to clone. A new user adds a
+sixth patch (a fix with its test and a mutation), proves it, edits it, moves the series to a new
+upstream commit and marks the patch sent. The blocks that cannot run here are marked
+`<!-- guide-test: skip (why) -->` just above their fence, and they are few."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import REPO_ROOT, Upstream, commit, git, make_upstream, patchset_argv, pin_toml, write_patches
+
+from builder.series.model import load_series
+from tests.test_cli_pipeline import CALC_C, CALC_H, program
+
+GUIDE = REPO_ROOT / "docs" / "guide.md"
+SKIP = re.compile(r"<!-- guide-test: skip \((?P<why>[^)]+)\) -->\s*$")
+MAX_SKIPPED = 3
+
+CALC_MUL_H = CALC_H.replace("int calc_sub(int a, int b);\n",
+                            "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\n")
+CALC_MUL_C = CALC_C + "int calc_mul(int a, int b) { return a + b; }\n"
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """Each ```sh block of `text` as (code, why skipped or '')."""
+    found = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```sh":
+            j = next(k for k in range(i + 1, len(lines)) if lines[k].strip() == "```")
+            m = SKIP.match(lines[i - 1]) if i else None
+            found.append(("\n".join(lines[i + 1:j]) + "\n", m["why"] if m else ""))
+            i = j
+        i += 1
+    return found
+
+
+def team_series(base: Path, up: Upstream) -> Path:
+    """A team's project repository: pinned to `up`, five patches (notes of the fork's own)."""
+    root = base / "team"
+    (root / "upstream").mkdir(parents=True)
+    (root / "upstream" / "llama.cpp.toml").write_text(pin_toml(up.commit, up.tree, [{"kind": "git", "url": up.url}]))
+    scratch = base / "team-scratch"
+    git(base, "clone", "--quiet", str(up.bare), str(scratch))
+    commits = [commit(scratch, {f"docs/fork-{n}.md": f"fork note {n}\n"},
+                      f"docs : fork note {n}\n\nPatchset-Upstream: not-sent fork-only\n"
+                      f"Patchset-Origin: https://github.com/example/llama.cpp-fork/pull/{n}\n",
+                      author=("Team Member", "team@example.org", f"2024-0{n}-01T00:00:00+00:00"))
+               for n in range(1, 6)]
+    (root / "patches").mkdir()
+    write_patches(root / "patches", scratch, commits)
+    (root / ".gitignore").write_text(".patchset/\n")
+    git(base, "init", "--quiet", str(root))
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "-m", "the team's series")
+    return root
+
+
+def test_the_guide_runs(tmp_path: Path) -> None:
+    all_blocks = blocks(GUIDE.read_text())
+    skipped = [why for _, why in all_blocks if why]
+    assert 0 < len(skipped) <= MAX_SKIPPED, skipped
+    up = make_upstream(tmp_path)
+    c0 = up.advance({"src/a.c": None, "src/b.c": None, "tests/test-x.c": None, "README": "mini llama\n",
+                     "ggml/CMakeLists.txt": "add_library(ggml STATIC src/calc.c)\n"
+                                            "target_include_directories(ggml PUBLIC include)\n",
+                     "ggml/include/calc.h": CALC_MUL_H, "ggml/src/calc.c": CALC_MUL_C,
+                     "tests/test-opt.cpp": program("OPT", "calc_add(1, 1)", 2),
+                     "tests/test-backend-ops.cpp": program("ACC", "calc_add(2, 2)", 4)}, "mini llama\n")
+    up = Upstream(up.src, up.bare, c0, up.tree_of(c0))
+    series = team_series(tmp_path, up)
+    new = up.advance({"README": "mini llama, moved on\n"}, "README: moved on\n")
+    day = tmp_path / "day"
+    day.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "patchset").write_text("#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in patchset_argv()) + ' "$@"\n')
+    (bindir / "patchset").chmod(0o755)
+    script = ["set -euo pipefail"]
+    for n, (code, why) in enumerate(all_blocks, 1):
+        script.append(f"echo '### guide block {n}'" + (" '(skipped)'" if why else ""))
+        if not why:
+            script.append(code)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "main",
+           "SERIES": str(series), "NEW": new, "EDITOR": "false", "VISUAL": "false"}
+    env.pop("PATCHSET_STATE", None)
+    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, capture_output=True, text=True,
+                       check=False, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"the guide stopped (exit {r.returncode}) at:\n{out[-4000:]}"
+    # what the guide promises: a sixth patch, proven, on the new upstream, marked sent, committed
+    fork = day / "fork"
+    patches = load_series(fork / "patches").patches
+    assert len(patches) == 6 and patches[5].subject == "calc : mul multiplies"
+    assert patches[5].meta.upstream == "sent"
+    assert "integer product" in patches[5].path.read_text()
+    assert new in (fork / "upstream" / "llama.cpp.toml").read_text()
+    assert re.search(r"calc : mul multiplies.*proven", out) or "proven" in out, out[-3000:]
+    assert git(fork, "status", "--porcelain") == ""
+    assert (day / "myfork" / "upstream" / "llama.cpp.toml").is_file()
+    assert sys.executable  # the patchset the shim runs is this interpreter's

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
+from builder.deliver import evidence_facts
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series import dropped
@@ -15,13 +16,16 @@ HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable di
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
-                   help="also require Patchset-Origin and Patchset-Upstream trailers on every patch, and a trailer "
-                        "block git reads whole")
+                   help="also require Patchset-Origin and Patchset-Upstream trailers on every patch, a trailer "
+                        "block git reads whole, and no undeclared guard case in the committed evidence")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
     findings += dropped.lint(project.patches_dir, series, dropped.committed(project.patches_dir))
+    if args.strict:
+        # an added test case that passes without the fix too, as the committed evidence saw it
+        findings += evidence_facts.guard_findings(series, project.root / "docs" / "evidence")
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     for d in deprecations(series):

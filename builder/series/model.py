@@ -33,12 +33,12 @@ _UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-ne
 # the old trailer's words in the new vocabulary (fork-only: kept in the fork, never to be sent)
 _STATUS_AS_UPSTREAM = {"pending": ("not-sent", ""), "submitted": ("sent", ""), "merged": ("merged", ""),
                        "fork-only": ("not-sent", "fork-only")}
-BEFORE_KINDS = ("test-fails", "build-fails")
+BEFORE_KINDS = ("test-fails", "build-fails", "crash")
 TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
-    "Patchset-Effect", "Patchset-Upstream",
+    "Patchset-Effect", "Patchset-Upstream", "Patchset-Guard",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
            "Patchset-Origin"}
@@ -117,6 +117,37 @@ def _parse_hunk_rule(value: str) -> HunkRule:
 
 
 @dataclass(frozen=True)
+class GuardRule:
+    """A `Patchset-Guard` trailer: `PROGRAM CASE-PATTERN: REASON`. The test cases of PROGRAM whose
+    `NAME(PARAMS)` the pattern matches (`*` matches any run of characters; everything else, `[` and
+    `?` included, is itself) are regression guards: they pass without the fix too, on purpose."""
+
+    program: str
+    pattern: str
+    reason: str
+
+    def matches(self, program: str, case: str) -> bool:
+        """Whether this rule declares `case` (`NAME(PARAMS)`) of `program` (a name or a command line)."""
+        if program.split(" ", 1)[0] != self.program:
+            return False
+        return re.fullmatch(".*".join(re.escape(part) for part in self.pattern.split("*")), case) is not None
+
+    def __str__(self) -> str:
+        return f"{self.program} {self.pattern}: {self.reason}"
+
+
+def _parse_guard(value: str) -> GuardRule:
+    program, _, rest = value.strip().partition(" ")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", program):
+        raise ValueError(f"'{program}' is not a test program name; expected `PROGRAM CASE-PATTERN: REASON`")
+    pattern, sep, reason = rest.partition(": ")
+    if not sep or not pattern.strip() or not reason.strip():
+        raise ValueError("expected `PROGRAM CASE-PATTERN: REASON` (a pattern of `NAME(PARAMS)`, `*` for any text, "
+                         "then `: ` and why the cases pass without the fix too)")
+    return GuardRule(program, pattern.strip(), reason.strip())
+
+
+@dataclass(frozen=True)
 class PatchMeta:
     """What a patch's trailers say about it."""
 
@@ -143,6 +174,8 @@ class PatchMeta:
     """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
     effects: tuple[str, ...] = ()
     """The measured effect of the fix, or the test that shows it, one line each."""
+    guards: tuple[GuardRule, ...] = ()
+    """`Patchset-Guard` rules: added test cases that pass without the fix too, declared as regression guards."""
 
     @property
     def status(self) -> str:
@@ -360,6 +393,7 @@ def meta_from_trailers(
         findings.append(Finding(path, _line_of(text, f"{key}: {value}") or _line_of(text, key), f"{key}: {why}"))
 
     effects: list[str] = []
+    guards: list[GuardRule] = []
     for key, value in trailers:
         if not key.lower().startswith(TRAILER_PREFIX.lower()):
             continue
@@ -446,13 +480,18 @@ def meta_from_trailers(
                 bad(key, value, "must be a URL (http:// or https://) or a commit id, with an optional note after it")
             else:
                 kw["origin"] = value
+        elif canon == "Patchset-Guard":
+            try:
+                guards.append(_parse_guard(value))
+            except ValueError as e:
+                bad(key, value, str(e))
         elif canon == "Patchset-Effect":
             if not value:
                 bad(key, value, "is empty")
             else:
                 effects.append(value)
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
-                     **kw), findings
+                     guards=tuple(guards), **kw), findings
 
 
 def _upstream_problem(word: str, ref: str) -> str:

@@ -13,7 +13,7 @@ from test_verify import GGML_CMAKE, commit_files, init_upstream, write_project
 from builder.deliver import evidence_facts
 from builder.project import load_project
 from builder.prove import cases
-from builder.prove.verify import NOT_PROVEN, PROVEN, verify
+from builder.prove.verify import NOT_PROVEN, OUTCOMES, PROVEN, markdown_table, verify
 from builder.series.apply import apply
 from builder.series.model import load_series, meta_from_trailers
 
@@ -211,3 +211,10 @@ def test_guard_trailer_is_checked(tmp_path: Path) -> None:
         _, found = meta_from_trailers([("Patchset-Guard", bad)], f"Patchset-Guard: {bad}", tmp_path / "x.patch",
                                       tmp_path)
         assert len(found) == 1 and "Patchset-Guard" in found[0].message, bad
+
+
+def test_docs_say_what_proven_means() -> None:
+    """docs/verify.md's outcome and case-role tables are the ones verify decides by."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "verify.md").read_text()
+    assert markdown_table(OUTCOMES, ("outcome", "meaning")) in text
+    assert markdown_table(cases.ROLES, ("role", "meaning")) in text

@@ -44,6 +44,33 @@ REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
 
+OUTCOMES: tuple[tuple[str, str], ...] = (
+    (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
+             "compile in the test paths only (with `Patchset-Before: build-fails`) or has at least one proof case: a "
+             "case that fails there (a FAIL, or the case a program crashed in, as its output shows) and passes on the "
+             "after tree. With `Patchset-Before: crash` a before-tree program killed by a signal also proves. "
+             "With `--hunks`, no hunk is unguarded"),
+    (NOT_PROVEN, "the test passes or checks nothing on the before tree; no case fails there and passes on the after "
+                 "tree (the failing cases are skipped or absent after, or the program crashed outside any case the "
+                 "after tree passes); a mutation is not caught; or a hunk is unguarded. When a before-tree program "
+                 "was stopped at its time limit and no case proves, the reason starts with `cannot tell`: a time-out "
+                 "is never proof"),
+    (REGRESSED, "the after tree's tests do not pass"),
+    (BUILD_FAILED, "a tree fails to build where it should not (outside the test paths, or the after or mutation tree)"),
+    (f"{NEEDS} BACKEND", "the proof needs a backend this machine does not have; never counted as proven. When the "
+                         "patch declares tests for this machine's backend, they are still run on the after tree and "
+                         "must pass (else: regressed)"),
+)
+"""Each outcome of verify per patch and backend, and exactly what it means (the table of docs/verify.md)."""
+
+
+def markdown_table(rows: tuple[tuple[str, str], ...], head: tuple[str, str]) -> str:
+    """A two-column Markdown table (docs/verify.md's outcome and case-role tables)."""
+    lines = [f"| {head[0]} | {head[1]} |", "| --- | --- |"]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines) + "\n"
+
+
 HUNK_TEST_TIMEOUT_MIN_S = 30.0
 """The least time a test gets on a tree with one hunk reverted (else 20x its own time on the after tree)."""
 

@@ -218,3 +218,14 @@ def test_docs_say_what_proven_means() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "verify.md").read_text()
     assert markdown_table(OUTCOMES, ("outcome", "meaning")) in text
     assert markdown_table(cases.ROLES, ("role", "meaning")) in text
+
+
+def test_export_names_the_proof_and_the_undeclared_guard_cases(verified) -> None:
+    project, verdicts = verified
+    series = load_series(project.patches_dir)
+    add, sub = series.patches[0], series.patches[1]
+    lines = "\n".join(evidence_facts.case_lines(json.loads(verdicts["add-adds"].evidence_json.read_text()), add))
+    assert "cases that fail without the fix and pass with it: 1\n    - `test-add` CPU `add(a=2,b=3)`" in lines
+    assert "(guard cases, not part of the proof): 1\n    - `test-add` CPU `add(a=0,b=0)`" in lines
+    lines = "\n".join(evidence_facts.case_lines(json.loads(verdicts["sub-subtracts"].evidence_json.read_text()), sub))
+    assert "sub(a=5,b=3)" in lines and "guard" not in lines

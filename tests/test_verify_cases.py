@@ -196,7 +196,7 @@ def test_declared_crash_proves(verified) -> None:
     _, verdicts = verified
     v = verdicts["feature-c"]
     assert v.outcome == PROVEN, v.reason
-    assert "SIGABRT" in v.reason and "Patchset-Before: crash" in v.reason
+    assert "SIGABRT" in v.reason and "as the patch declares" in v.reason
 
 
 def test_guard_trailer_is_checked(tmp_path: Path) -> None:

@@ -348,8 +348,7 @@ def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testr
             how += f"; {', '.join(r.program for r in timed_out)} stopped at its time limit (not part of the proof)"
         return how, ""
     if declared == "crash" and crashed:
-        return (f"{', '.join(f'{r.program} crashes ({r.signal_name})' for r in crashed)}, as its "
-                "`Patchset-Before: crash` says"), ""
+        return f"{', '.join(f'{r.program} crashes ({r.signal_name})' for r in crashed)}, as the patch declares", ""
     if timed_out:
         r = timed_out[0]
         where = next((f" in `{c.case}`" for c in rows if c.before == cases.TIMEOUT and c.command.startswith(r.program)),
@@ -361,9 +360,9 @@ def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testr
         where = next((f"`{c.case}`" for c in rows if c.before == cases.CRASH), "")
         inside = f"in {where}, which the after tree does not pass" if where else "outside any case it printed"
         return "", (f"without the fix {r.program} crashes ({r.signal_name}) {inside}: a crash proves only inside a "
-                    "case the after tree runs and passes, or with `Patchset-Before: crash`")
+                    "case the after tree runs and passes, or where the patch declares that its before tree crashes")
     if declared == "crash":
-        return "", "`Patchset-Before: crash` is declared, but without the fix no test program crashes"
+        return "", "the patch declares that its before tree crashes, but without the fix no test program crashes"
     failing = [r for r in rows if r.before == cases.FAIL]
     if failing:
         return "", (f"no case fails without the fix and passes with it: those failing without it "
@@ -376,7 +375,7 @@ def _guard_note(rows: list[cases.Case]) -> str:
     if not guards:
         return ""
     return (f"; {len(guards)} added case(s) pass without the fix too ({_names(guards)}): guard cases, not part of "
-            "the proof (declare them with `Patchset-Guard`)")
+            "the proof (declare them as guards in the patch's trailers)")
 
 
 def _now() -> str:

@@ -101,25 +101,21 @@ def verified(tmp_path_factory: pytest.TempPathFactory):
                        "tests/test-loop.cpp": program('printf("  loop(n=3): "); fflush(stdout);',
                                                       'ok &= calc_loop(3) == 3; printf("%s\\n", ok ? "OK" : "FAIL");')},
                  "calc : loop ends" + meta("test-loop"))
+    def feature(x: str, *body: str, extra: str = "") -> None:
+        """A patch that turns calc_feature_X on, with a new program test-fX of `body` after the mul case."""
+        commit_files(src, {"ggml/src/calc.c": fix(f"int calc_feature_{x}(void) {{ return 0; }}",
+                                                  f"int calc_feature_{x}(void) {{ return 1; }}"),
+                           f"tests/test-f{x}.cpp": program(MUL_CASE, *body)},
+                     f"calc : feature {x}" + meta(f"test-f{x}", extra))
+
     # 4: without the fix the test crashes in a case that the after tree skips
-    commit_files(src, {"ggml/src/calc.c": fix("int calc_feature_a(void) { return 0; }",
-                                              "int calc_feature_a(void) { return 1; }"),
-                       "tests/test-fa.cpp": program(MUL_CASE,
-                                                    'if (calc_feature_a()) { printf("  fa(x=1): skipping\\n"); }',
-                                                    'else { printf("  fa(x=1): "); fflush(stdout); abort(); }')},
-                 "calc : feature a" + meta("test-fa"))
+    feature("a", 'if (calc_feature_a()) { printf("  fa(x=1): skipping\\n"); }',
+            'else { printf("  fa(x=1): "); fflush(stdout); abort(); }')
     # 5: without the fix the only failing case is one the after tree skips
-    commit_files(src, {"ggml/src/calc.c": fix("int calc_feature_b(void) { return 0; }",
-                                              "int calc_feature_b(void) { return 1; }"),
-                       "tests/test-fb.cpp": program(MUL_CASE,
-                                                    'if (calc_feature_b()) { printf("  fb(x=1): skipping\\n"); }',
-                                                    'else { ok &= check("fb(x=1)", 0, 1); }')},
-                 "calc : feature b" + meta("test-fb"))
+    feature("b", 'if (calc_feature_b()) { printf("  fb(x=1): skipping\\n"); }',
+            'else { ok &= check("fb(x=1)", 0, 1); }')
     # 6: without the fix the program aborts between cases, and the patch says so
-    commit_files(src, {"ggml/src/calc.c": fix("int calc_feature_c(void) { return 0; }",
-                                              "int calc_feature_c(void) { return 1; }"),
-                       "tests/test-fc.cpp": program(MUL_CASE, 'if (!calc_feature_c()) { abort(); }')},
-                 "calc : feature c" + meta("test-fc", "Patchset-Before: crash\n"))
+    feature("c", 'if (!calc_feature_c()) { abort(); }', extra="Patchset-Before: crash\n")
     root = write_project(base, src)
     project = load_project(root=root, cache_dir=tmp_path_factory.mktemp("cache"))
     apply(project)

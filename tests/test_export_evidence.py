@@ -62,6 +62,9 @@ def test_pr_and_issue_carry_the_evidence(verified: object) -> None:
     assert "before (without the fix): `test-add`: failed (0 passed, 1 failed, 0 skipped)" in pr
     assert "add(want=5): FAIL" in pr
     assert "after (with the fix): `test-add`: passed (1 passed, 0 failed, 0 skipped)" in pr
+    assert ("cases that fail without the fix and pass with it: 1\n"
+            "    - `test-add` CPU `add(want=5)` (before: fail)") in pr
+    assert "guard cases" not in pr
     assert "mutation (a known-bad variant of the fix): caught, the test fails" in pr
     assert "- CUDA:" in pr and "not run on CUDA" in pr and "-DGGML_CUDA=ON" in pr
     assert "hunks" not in pr.lower()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 
 from builder.console import console
+from builder.deliver import evidence_facts
 from builder.deliver.readiness import strict_findings
 from builder.errors import Outcome
 from builder.project import Project
@@ -17,9 +18,10 @@ HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable di
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="also require Patchset-Origin and Patchset-Upstream trailers on every patch, and a trailer "
-                        "block git reads whole; and, on the pinned tree: a patch that does not apply alone declares "
+                        "block git reads whole; on the pinned tree: a patch that does not apply alone declares "
                         "Patchset-Depends, build-fails is not caused by the API the patch adds, every Patchset-Test "
-                        "is run by upstream's CTest or Patchset-Not-In-CI says why")
+                        "is run by upstream's CTest or Patchset-Not-In-CI says why; and no undeclared guard case in "
+                        "the committed evidence")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -27,6 +29,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     findings += dropped.lint(project.patches_dir, series, dropped.committed(project.patches_dir))
     if args.strict and series.patches:
         findings += strict_findings(project, series)
+    if args.strict:
+        # an added test case that passes without the fix too, as the committed evidence saw it
+        findings += evidence_facts.guard_findings(series, project.root / "docs" / "evidence")
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     for d in deprecations(series):

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from builder.build.cmakebuild import PROFILES
 from builder.deliver import clean
+from builder.prove import cases as case_table
 from builder.prove import evidence as ev
-from builder.series.model import Patch, TestSpec
+from builder.series.model import Finding, Patch, Series, TestSpec
 
 NAMES = {"cpu": "CPU", "cuda": "CUDA", "metal": "Metal"}
 
@@ -104,6 +105,50 @@ def failing_output(step: dict | None, limit: int = 20) -> str:
     if len(cleaned) > limit:
         cleaned = [*cleaned[:limit], f"... {len(cleaned) - limit} more line(s)"]
     return "\n".join(cleaned)
+
+
+def guard_cases(data: dict | None, patch: Patch) -> list[dict]:
+    """The rows of an evidence's case table that pass without the fix too and that no `Patchset-Guard`
+    trailer of the patch (as it is now) declares."""
+    rows = (data or {}).get("cases") or []
+    return case_table.undeclared_guards([r for r in rows if isinstance(r, dict)], patch.meta.guards)
+
+
+def case_lines(data: dict | None, patch: Patch, limit: int = 10) -> list[str]:
+    """The proof and the undeclared guard cases of an evidence's case table, for PR.md ('' lines when the
+    evidence has no case table: it was made before the table existed, or the before tree does not compile)."""
+    rows = [r for r in (data or {}).get("cases") or [] if isinstance(r, dict)]
+    proof = [r for r in rows if r.get("role") == case_table.PROOF]
+    out = []
+    if proof:
+        out.append(f"  - cases that fail without the fix and pass with it: {len(proof)}")
+        out += [f"    - `{r.get('command', '')}` {r.get('backend', '')} `{r.get('case', '')}` "
+                f"(before: {r.get('before', '')})" for r in proof[:limit]]
+    guards = guard_cases(data, patch)
+    if guards:
+        out.append(f"  - added cases that pass without the fix too (guard cases, not part of the proof): {len(guards)}")
+        out += [f"    - `{r.get('command', '')}` {r.get('backend', '')} `{r.get('case', '')}`" for r in guards[:limit]]
+    return out
+
+
+def guard_findings(series: Series, docs_evidence: Path) -> list[Finding]:
+    """`check --strict`: per patch and backend of the committed evidence (`docs/evidence/<backend>/verify.json`),
+    its guard cases that no `Patchset-Guard` trailer declares, one finding each."""
+    found: list[Finding] = []
+    for path in sorted(docs_evidence.glob("*/verify.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # `evidence check` reports an unreadable file
+        patches = data.get("patches") if isinstance(data, dict) else None
+        for patch in series.patches:
+            entry = patches.get(patch.name.removesuffix(".patch")) if isinstance(patches, dict) else None
+            for r in guard_cases(entry if isinstance(entry, dict) else None, patch):
+                found.append(Finding(patch.path, 0, (
+                    f"guard case on {path.parent.name}: `{r.get('command', '')}` `{r.get('case', '')}` passes without "
+                    f"the fix too ({path.name}); drop it, make it fail without the fix, or declare it with "
+                    "`Patchset-Guard: PROGRAM CASE-PATTERN: REASON`")))
+    return found
 
 
 def step_summary(step: dict | None) -> str:

@@ -418,6 +418,7 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
         if failing:
             out += ["", "    ```", *[f"    {x}" for x in failing.splitlines()], "    ```", ""]
         out.append(f"  - after (with the fix): {facts.step_summary(evb.step('after'))}")
+        out += facts.case_lines(evb.data, patch)
         mutation = evb.step("mutation")
         if mutation:
             caught = "caught, the test fails" if mutation.get("verdict") == "fails" else "NOT caught"

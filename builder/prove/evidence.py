@@ -12,6 +12,7 @@ from pathlib import Path
 from builder import proc
 from builder.errors import ProcessError
 from builder.fsutil import atomic_write_text
+from builder.prove import cases
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,12 @@ class Evidence:
     the backend's harness, the compiler), `programs`, `trees`
     (names), and `files`: each file of the tree the test programs were built from, with its blob id
     (one id when every tree has the same, else one per tree). Recorded for proven patches."""
+    cases: tuple[dict, ...] = ()
+    """The case table (builder.prove.cases): per test case the patch added or changed, each case of
+    the proof, and where the before run stopped: `command`, `case`, `backend`, `scope` (added,
+    changed, existing), `before`, `after`, `role` (proof, guard case, declared guard, cannot tell,
+    no proof), `guard` (the declaring trailer). Empty in evidence made before the table existed and
+    where the before tree is not run case by case (it fails to compile, or passes)."""
     holds: dict = field(default_factory=dict)
     """Set when a later verify carried this proof over to other trees: `why`, `checked` (when),
     `trees` (tree name -> the tree id it now holds for), `pin` (the pin commit then)."""
@@ -99,6 +106,7 @@ def from_dict(data: dict) -> Evidence:
     d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
                                "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
     d["hunks"] = tuple(d.get("hunks", ()))
+    d["cases"] = tuple(d.get("cases", ()))
     return Evidence(**d)
 
 
@@ -146,6 +154,7 @@ def markdown(ev: Evidence) -> str:
             if t.get("notes"):
                 out += ["  dispatches:", "  ```", *[f"  {line}" for line in t["notes"][:15]], "  ```"]
         out.append("")
+    out += cases.markdown(ev.cases)
     if ev.hunks_checked:
         out += hunk_table(ev.hunks)
     return "\n".join(out)

@@ -63,6 +63,8 @@ class TreeBuilder:
         could not say; empty: the build failed)."""
         self.last_build: tuple[Path, Path] | None = None
         """(build folder, tree) of the last tree built."""
+        self.last_results: list[testrun.ProgramResult] = []
+        """What each test program of the last tree run printed, case by case (one per test, in order)."""
 
     def checkout(self, commit: str) -> None:
         if self._checked_out != commit:
@@ -84,6 +86,7 @@ class TreeBuilder:
         over to a later tree; a tree with one hunk reverted is never carried over)."""
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
+        self.last_results = []
         reuse = self._is_work_tree(commit)
         if not reuse:
             self.checkout(commit)
@@ -131,6 +134,7 @@ class TreeBuilder:
             r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
                                     timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
+            self.last_results.append(r)
             runs.append({"command": inv.command, "returncode": r.returncode,
                          "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
                          "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),

@@ -26,7 +26,7 @@ from builder.build import testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.prove import affected
+from builder.prove import affected, cases
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -43,6 +43,33 @@ NOT_PROVEN = "not proven"
 REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
+
+OUTCOMES: tuple[tuple[str, str], ...] = (
+    (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
+             "compile in the test paths only (with `Patchset-Before: build-fails`) or has at least one proof case: a "
+             "case that fails there (a FAIL, or the case a program crashed in, as its output shows) and passes on the "
+             "after tree. With `Patchset-Before: crash` a before-tree program killed by a signal also proves. "
+             "With `--hunks`, no hunk is unguarded"),
+    (NOT_PROVEN, "the test passes or checks nothing on the before tree; no case fails there and passes on the after "
+                 "tree (the failing cases are skipped or absent after, or the program crashed outside any case the "
+                 "after tree passes); a mutation is not caught; or a hunk is unguarded. When a before-tree program "
+                 "was stopped at its time limit and no case proves, the reason starts with `cannot tell`: a time-out "
+                 "is never proof"),
+    (REGRESSED, "the after tree's tests do not pass"),
+    (BUILD_FAILED, "a tree fails to build where it should not (outside the test paths, or the after or mutation tree)"),
+    (f"{NEEDS} BACKEND", "the proof needs a backend this machine does not have; never counted as proven. When the "
+                         "patch declares tests for this machine's backend, they are still run on the after tree and "
+                         "must pass (else: regressed)"),
+)
+"""Each outcome of verify per patch and backend, and exactly what it means (the table of docs/verify.md)."""
+
+
+def markdown_table(rows: tuple[tuple[str, str], ...], head: tuple[str, str]) -> str:
+    """A two-column Markdown table (docs/verify.md's outcome and case-role tables)."""
+    lines = [f"| {head[0]} | {head[1]} |", "| --- | --- |"]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines) + "\n"
+
 
 HUNK_TEST_TIMEOUT_MIN_S = 30.0
 """The least time a test gets on a tree with one hunk reverted (else 20x its own time on the after tree)."""
@@ -180,6 +207,7 @@ class Verifier:
         key = self.keys.key(patch, trees, backend, tests)
         steps: list[ev.Step] = []
         hunk_results: list[hk.HunkResult] = []
+        case_rows: list[dict] = []
         if backend not in meta.backends:
             missing = [b for b in meta.backends if b not in here] or list(meta.backends)
             outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
@@ -197,7 +225,7 @@ class Verifier:
         elif not tests:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
-            outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results)
+            outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results, case_rows)
         evidence = ev.Evidence(
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
@@ -205,6 +233,7 @@ class Verifier:
             tuple(steps), key, self.keys.host_info(), _now(),
             note=buildmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
+            cases=tuple(case_rows),
             depends=self.keys.depends(patch, trees, backend, tests) if outcome == PROVEN and steps else {},
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
@@ -221,11 +250,12 @@ class Verifier:
         return [t for t in patch.meta.tests if t.runs_on(backend, patch.meta.backends)]
 
     def _prove(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
-               steps: list[ev.Step], hunk_results: list[hk.HunkResult]) -> tuple[str, str]:
+               steps: list[ev.Step], hunk_results: list[hk.HunkResult], case_rows: list[dict]) -> tuple[str, str]:
         meta = patch.meta
         # after first: the trees are visited from the head of the series down, and each patch's
         # after tree is the one closest to the tree built last
         after = self.builder.run_tree("after", trees.after, patch, backend, tests)
+        after_runs = list(self.builder.last_results)
         steps.append(after)
         if not after.build_ok:
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
@@ -244,6 +274,7 @@ class Verifier:
             if mut.verdict != "fails":
                 return NOT_PROVEN, f"the mutation {name} is not caught: the test {mut.verdict} with it"
         before = self.builder.run_tree("before", trees.before, patch, backend, tests)
+        before_runs = list(self.builder.last_results)
         steps.insert(0, before)
         if before.verdict == "build-failed":
             return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
@@ -254,7 +285,15 @@ class Verifier:
             return NOT_PROVEN, "the test passes without the fix: it does not guard it"
         if before.verdict == "nothing checked":
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
-        how = "fails to compile in its test files only" if before.verdict == "build-fails" else "fails"
+        if before.verdict == "build-fails":
+            how = "the test fails to compile in its test files only"
+        else:
+            rows, parent_note = self._case_table(patch, trees, backend, tests, before_runs, after_runs, steps)
+            case_rows += [r.as_dict() for r in cases.recorded(rows)]
+            how, why_not = _case_verdict(meta.before, rows, before_runs)
+            if why_not:
+                return NOT_PROVEN, why_not
+            how += _guard_note(rows) + parent_note
         mut_note = ""
         if meta.mutation:
             mut_note = f"; the mutation{'s' if len(meta.mutation) > 1 else ''} {', '.join(meta.mutation)} " \
@@ -262,10 +301,94 @@ class Verifier:
         unguarded = [h for h in hunk_results if h.outcome == hk.UNGUARDED]
         if unguarded:
             where = ", ".join(f"{h.file}:{h.lines}" for h in unguarded)
-            return NOT_PROVEN, (f"without the fix the test {how}, but with the fix {len(unguarded)} hunk(s) can be "
+            return NOT_PROVEN, (f"without the fix {how}, but with the fix {len(unguarded)} hunk(s) can be "
                                 f"reverted and the tests still pass: {where}")
         hunk_note = f"; {hk.summarize([dataclasses.asdict(h) for h in hunk_results])}" if hunk_results else ""
-        return PROVEN, f"without the fix the test {how}; with it the test passes{mut_note}{hunk_note}"
+        return PROVEN, f"without the fix {how}; with it the test passes{mut_note}{hunk_note}"
+
+    def _case_table(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
+                    before_runs: list[testrun.ProgramResult], after_runs: list[testrun.ProgramResult],
+                    steps: list[ev.Step]) -> tuple[list[cases.Case], str]:
+        """Every case of the patch's test commands on the before and after trees, with its scope
+        (from a run of the parent tree where the patch changes a program's source) and role; and a
+        note for the reason when the parent tree could not say which cases are new."""
+        git = self.work.git
+        changed = set(git.out("diff", "--name-only", trees.parent, trees.before).split()) \
+            if trees.before != trees.parent else set()
+        new = {t.program for t in tests if git.blob(trees.parent, f"tests/{t.program}.cpp") is None}
+        # a program whose source the patch leaves alone prints the same cases on the parent tree,
+        # unless the test part changes something else it may include (a header of tests/)
+        touched = [t for t in tests if t.program not in new and changed and (
+            f"tests/{t.program}.cpp" in changed or any(not (c.startswith("tests/") and c.endswith(".cpp"))
+                                                       for c in changed))]
+        parent: dict[str, testrun.ProgramResult] = {}
+        note = ""
+        if touched:
+            step = self.builder.run_tree("parent", trees.parent, patch, backend, touched, record_inputs=False)
+            steps.append(step)
+            if step.build_ok:
+                parent = {str(t): r for t, r in zip(touched, self.builder.last_results, strict=True)}
+            else:
+                note = "; which cases the patch adds is not known (the parent tree's test programs do not build)"
+        rows: list[cases.Case] = []
+        for t, b, a in zip(tests, before_runs, after_runs, strict=True):
+            command = " ".join([b.program, *b.args])
+            rows += cases.table(command, b, a, parent.get(str(t)), patch.meta.guards, new_program=t.program in new)
+        return rows, note
+
+
+
+def _names(rows: list[cases.Case], limit: int = 3) -> str:
+    shown = ", ".join(f"`{r.case}`" for r in rows[:limit])
+    return shown + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
+
+
+def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testrun.ProgramResult]) -> tuple[str, str]:
+    """(how the test fails without the fix, '') when the cases prove the patch, else ('', why not).
+
+    Proof is a case that fails before and passes after. A program stopped at its time limit proves
+    nothing (cannot tell); a crash proves inside the case the program was in when it crashed (as its
+    output shows) when the after tree passes that case, or anywhere with `Patchset-Before: crash`."""
+    proof = [r for r in rows if r.role == cases.PROOF]
+    crashed = [r for r in before_runs if r.signal_name]
+    timed_out = [r for r in before_runs if r.timed_out]
+    if proof:
+        crash_cases = [r for r in proof if r.before == cases.CRASH]
+        how = f"the test fails in {len(proof)} case(s) that pass with it ({_names(proof)})"
+        if crash_cases:
+            how += f"; the program crashed in {_names(crash_cases)}"
+        if timed_out:
+            how += f"; {', '.join(r.program for r in timed_out)} stopped at its time limit (not part of the proof)"
+        return how, ""
+    if declared == "crash" and crashed:
+        return f"{', '.join(f'{r.program} crashes ({r.signal_name})' for r in crashed)}, as the patch declares", ""
+    if timed_out:
+        r = timed_out[0]
+        where = next((f" in `{c.case}`" for c in rows if c.before == cases.TIMEOUT and c.command.startswith(r.program)),
+                     "")
+        return "", (f"cannot tell: without the fix {r.program} stopped at its time limit{where}, and no case "
+                    "failed there that passes with the fix")
+    if crashed:
+        r = crashed[0]
+        where = next((f"`{c.case}`" for c in rows if c.before == cases.CRASH), "")
+        inside = f"in {where}, which the after tree does not pass" if where else "outside any case it printed"
+        return "", (f"without the fix {r.program} crashes ({r.signal_name}) {inside}: a crash proves only inside a "
+                    "case the after tree runs and passes, or where the patch declares that its before tree crashes")
+    if declared == "crash":
+        return "", "the patch declares that its before tree crashes, but without the fix no test program crashes"
+    failing = [r for r in rows if r.before == cases.FAIL]
+    if failing:
+        return "", (f"no case fails without the fix and passes with it: those failing without it "
+                    f"({_names(failing)}) do not pass with it")
+    return "", "no case fails without the fix and passes with it (the before tree fails with no failing case)"
+
+
+def _guard_note(rows: list[cases.Case]) -> str:
+    guards = [r for r in rows if r.role == cases.GUARD]
+    if not guards:
+        return ""
+    return (f"; {len(guards)} added case(s) pass without the fix too ({_names(guards)}): guard cases, not part of "
+            "the proof (declare them as guards in the patch's trailers)")
 
 
 def _now() -> str:

@@ -33,7 +33,7 @@ _UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-ne
 # the old trailer's words in the new vocabulary (fork-only: kept in the fork, never to be sent)
 _STATUS_AS_UPSTREAM = {"pending": ("not-sent", ""), "submitted": ("sent", ""), "merged": ("merged", ""),
                        "fork-only": ("not-sent", "fork-only")}
-BEFORE_KINDS = ("test-fails", "build-fails")
+BEFORE_KINDS = ("test-fails", "build-fails", "crash")
 DEFAULT_TEST_PATHS = ("tests",)
 """A patch's test part when it names none (`PatchMeta.test_part`)."""
 TRAILER_PREFIX = "Patchset-"
@@ -41,6 +41,7 @@ KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
     "Patchset-Effect", "Patchset-Upstream", "Patchset-Depends", "Patchset-Not-In-CI",
+    "Patchset-Guard",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
            "Patchset-Origin"}
@@ -149,6 +150,37 @@ def _parse_hunk_rule(value: str) -> HunkRule:
 
 
 @dataclass(frozen=True)
+class GuardRule:
+    """A `Patchset-Guard` trailer: `PROGRAM CASE-PATTERN: REASON`. The test cases of PROGRAM whose
+    `NAME(PARAMS)` the pattern matches (`*` matches any run of characters; everything else, `[` and
+    `?` included, is itself) are regression guards: they pass without the fix too, on purpose."""
+
+    program: str
+    pattern: str
+    reason: str
+
+    def matches(self, program: str, case: str) -> bool:
+        """Whether this rule declares `case` (`NAME(PARAMS)`) of `program` (a name or a command line)."""
+        if program.split(" ", 1)[0] != self.program:
+            return False
+        return re.fullmatch(".*".join(re.escape(part) for part in self.pattern.split("*")), case) is not None
+
+    def __str__(self) -> str:
+        return f"{self.program} {self.pattern}: {self.reason}"
+
+
+def _parse_guard(value: str) -> GuardRule:
+    program, _, rest = value.strip().partition(" ")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", program):
+        raise ValueError(f"'{program}' is not a test program name; expected `PROGRAM CASE-PATTERN: REASON`")
+    pattern, sep, reason = rest.partition(": ")
+    if not sep or not pattern.strip() or not reason.strip():
+        raise ValueError("expected `PROGRAM CASE-PATTERN: REASON` (a pattern of `NAME(PARAMS)`, `*` for any text, "
+                         "then `: ` and why the cases pass without the fix too)")
+    return GuardRule(program, pattern.strip(), reason.strip())
+
+
+@dataclass(frozen=True)
 class PatchMeta:
     """What a patch's trailers say about it."""
 
@@ -180,6 +212,8 @@ class PatchMeta:
     """`Patchset-Depends`: file names of earlier patches of the series this one needs."""
     not_in_ci: tuple[NotInCI, ...] = ()
     """`Patchset-Not-In-CI`: test commands upstream's CI does not run, each with the reason."""
+    guards: tuple[GuardRule, ...] = ()
+    """`Patchset-Guard` rules: added test cases that pass without the fix too, declared as regression guards."""
 
     @property
     def status(self) -> str:
@@ -405,6 +439,7 @@ def meta_from_trailers(
     effects: list[str] = []
     depends: list[str] = []
     not_in_ci: list[NotInCI] = []
+    guards: list[GuardRule] = []
     for key, value in trailers:
         if not key.lower().startswith(TRAILER_PREFIX.lower()):
             continue
@@ -491,6 +526,11 @@ def meta_from_trailers(
                 bad(key, value, "must be a URL (http:// or https://) or a commit id, with an optional note after it")
             else:
                 kw["origin"] = value
+        elif canon == "Patchset-Guard":
+            try:
+                guards.append(_parse_guard(value))
+            except ValueError as e:
+                bad(key, value, str(e))
         elif canon == "Patchset-Effect":
             if not value:
                 bad(key, value, "is empty")
@@ -510,7 +550,7 @@ def meta_from_trailers(
             except ValueError as e:
                 bad(key, value, str(e))
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
-                     depends=tuple(depends), not_in_ci=tuple(not_in_ci), **kw), findings
+                     depends=tuple(depends), not_in_ci=tuple(not_in_ci), guards=tuple(guards), **kw), findings
 
 
 def _upstream_problem(word: str, ref: str) -> str:

@@ -1,0 +1,165 @@
+"""Case-level known-positive: which test cases prove a patch, and which pass without the fix too.
+
+A patch is proven by the test cases that fail on its before tree and pass on its after tree (the
+same test code on both: the before tree has the patch's test part and not its fix). A program that
+fails as a whole proves nothing by itself: a time-out, or a crash between cases, or a failing case
+that the after tree does not pass, is not a case failing before and passing after.
+
+Which cases the patch adds or changes is read from the runs, not from the diff (a case's name and
+parameters are what the program prints, and a C++ diff does not say which it will print): the
+patch's test programs are also run on its parent tree (the tree the patch applies on, without its
+test part) whenever the patch changes their source. A case the before run prints and the parent run
+does not is `added`; one both print, with another result, is `changed`; the others are `existing`.
+A program the parent tree does not have adds every case it prints. A case whose code changed but
+whose result did not is indistinguishable from an existing one here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builder.build import testrun
+from builder.series.model import GuardRule
+
+# how a case ran on one tree
+PASS, FAIL, CRASH, SKIP = testrun.PASS, testrun.FAIL, testrun.CRASH, testrun.SKIP
+TIMEOUT = "timeout"
+"""The program was stopped at its time limit inside this case."""
+NOT_REACHED = "not reached"
+"""The program stopped (a crash, its time limit) before printing this case."""
+ABSENT = "absent"
+"""The program ran to its end and printed no such case."""
+
+# which cases of the before tree the patch added or changed
+ADDED, CHANGED, EXISTING = "added", "changed", "existing"
+
+# what a case says about the patch
+PROOF = "proof"
+GUARD = "guard case"
+DECLARED_GUARD = "declared guard"
+CANNOT_TELL = "cannot tell"
+NO_PROOF = "no proof"
+
+ROLES: tuple[tuple[str, str], ...] = (
+    (PROOF, "fails before (a FAIL, or the case the program crashed in) and passes after: the proof"),
+    (GUARD, "added or changed by the patch, passes before and after: not part of the proof; reported by "
+            "`verify`, `check --strict` and `export` until a `Patchset-Guard` trailer declares it"),
+    (DECLARED_GUARD, "a guard case that a `Patchset-Guard` trailer of the patch matches: not part of the proof, "
+                     "not reported"),
+    (CANNOT_TELL, "the before run stopped at its time limit in this case, or before reaching it"),
+    (NO_PROOF, "anything else: skipped, or not passing after, or an existing case that passes before"),
+)
+"""Each role a case of the evidence's case table can have, and what it means (docs/verify.md)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test case of one test command, on the parent, before and after trees."""
+
+    command: str
+    case: str
+    """`NAME(PARAMS)`, as the program prints it."""
+    backend: str
+    scope: str
+    before: str
+    after: str
+    role: str
+    guard: str = ""
+    """The `Patchset-Guard` rule that declares it, for a declared guard."""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"command": self.command, "case": self.case, "backend": self.backend, "scope": self.scope,
+                "before": self.before, "after": self.after, "role": self.role,
+                **({"guard": self.guard} if self.guard else {})}
+
+
+_RANK = {SKIP: 0, PASS: 1, FAIL: 2, CRASH: 3}
+
+
+def statuses(r: testrun.ProgramResult) -> dict[tuple[str, str], str]:
+    """(backend, NAME(PARAMS)) -> how the case ran. A case printed twice keeps its worst result;
+    the case a program was stopped in at its time limit is TIMEOUT (testrun's own `timeout` line
+    is not a case)."""
+    out: dict[tuple[str, str], str] = {}
+    for c in r.cases:
+        if r.timed_out and c.name == "timeout" and not c.backend:
+            continue
+        key = (c.backend + (f" {c.variant}" if c.variant else ""), c.case_id)
+        status = TIMEOUT if r.timed_out and c.status == CRASH else c.status
+        old = out.get(key)
+        if old is None or _RANK.get(status, 4) > _RANK.get(old, 4):
+            out[key] = status
+    return out
+
+
+def stopped(r: testrun.ProgramResult) -> bool:
+    """Whether the program was stopped early (a signal, its time limit): the cases it never printed
+    say nothing."""
+    return bool(r.signal_name or r.timed_out)
+
+
+def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramResult,
+          parent: testrun.ProgramResult | None, guards: tuple[GuardRule, ...], *, new_program: bool) -> list[Case]:
+    """The cases of one test command: every case the before or after run printed, with its scope
+    and role. `parent`: the run on the parent tree (None when the patch does not change the program's
+    source: every case is existing; or when `new_program`: the parent tree has no such program)."""
+    b, a = statuses(before), statuses(after)
+    p = statuses(parent) if parent is not None else {}
+    out = []
+    for key in list(dict.fromkeys([*b, *a])):
+        backend, case = key
+        was = b.get(key, NOT_REACHED if stopped(before) else ABSENT)
+        now = a.get(key, ABSENT)
+        if new_program:
+            scope = ADDED
+        elif parent is None:
+            scope = EXISTING
+        elif key not in p:
+            # a parent run stopped early may not have reached it: then it is not known to be new
+            scope = EXISTING if stopped(parent) else ADDED
+        else:
+            scope = CHANGED if p[key] != was and was in (PASS, FAIL, CRASH) else EXISTING
+        guard = ""
+        if now == PASS and was in (FAIL, CRASH):
+            role = PROOF
+        elif now == PASS and was in (TIMEOUT, NOT_REACHED):
+            role = CANNOT_TELL
+        elif now == PASS and was == PASS and scope in (ADDED, CHANGED):
+            rule = next((g for g in guards if g.matches(command, case)), None)
+            role, guard = (DECLARED_GUARD, str(rule)) if rule else (GUARD, "")
+        else:
+            role = NO_PROOF
+        out.append(Case(command, case, backend, scope, was, now, role, guard))
+    return out
+
+
+def recorded(cases: list[Case]) -> list[Case]:
+    """The rows the evidence keeps: the cases the patch added or changed, the proof, and where the
+    before run stopped (existing cases that pass before and after are left out: thousands, for
+    test-backend-ops)."""
+    return [c for c in cases if c.scope != EXISTING or c.role == PROOF or c.before in (TIMEOUT, CRASH)]
+
+
+def undeclared_guards(rows: tuple[dict, ...] | list[dict], guards: tuple[GuardRule, ...]) -> list[dict]:
+    """The guard cases of an evidence case table that none of `guards` declares (the patch's trailers
+    as they are now, not as they were when the evidence was made)."""
+    return [r for r in rows if r.get("role") in (GUARD, DECLARED_GUARD)
+            and not any(g.matches(str(r.get("command", "")), str(r.get("case", ""))) for g in guards)]
+
+
+def markdown(rows: tuple[dict, ...]) -> list[str]:
+    """The case table of the evidence Markdown."""
+    if not rows:
+        return []
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["role"]] = counts.get(r["role"], 0) + 1
+    out = ["## cases", "", ", ".join(f"{n} {role}" for role, n in counts.items()), "",
+           "| command | backend | case | scope | before | after | role |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        role = r["role"] + (f" ({r['guard']})" if r.get("guard") else "")
+        out.append("| " + " | ".join(str(x).replace("|", "/") for x in (
+            f"`{r['command']}`", r["backend"], f"`{r['case']}`", r["scope"], r["before"], r["after"], role)) + " |")
+    out.append("")
+    return out

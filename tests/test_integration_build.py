@@ -88,11 +88,11 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     outcomes = {v.patch: v for v in report.verdicts}
     names = sorted(outcomes)
     assert len(names) == 5
-    nil_lookup, eval_status, opt_free, set_inplace, acc_set = names
+    nil_lookup, eval_status, opt_free, grad_inplace, acc_set = names
     assert outcomes[eval_status].outcome == PROVEN, outcomes[eval_status].reason
     assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
     # a fix to the test program itself: the tree before it aborts in grad mode
-    assert outcomes[set_inplace].outcome == PROVEN, outcomes[set_inplace].reason
+    assert outcomes[grad_inplace].outcome == PROVEN, outcomes[grad_inplace].reason
     assert outcomes[nil_lookup].outcome == "needs metal"
     assert outcomes[acc_set].outcome == "needs metal"
     assert report.ok and not report.regressed

@@ -38,7 +38,7 @@ TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
-    "Patchset-Effect", "Patchset-Upstream",
+    "Patchset-Effect", "Patchset-Upstream", "Patchset-Depends",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
            "Patchset-Origin"}
@@ -143,6 +143,8 @@ class PatchMeta:
     """Where the patch came from: a pull-request URL (the fork's or upstream's) or a commit id."""
     effects: tuple[str, ...] = ()
     """The measured effect of the fix, or the test that shows it, one line each."""
+    depends: tuple[str, ...] = ()
+    """`Patchset-Depends`: file names of earlier patches this one needs to apply and build."""
 
     @property
     def status(self) -> str:
@@ -360,6 +362,7 @@ def meta_from_trailers(
         findings.append(Finding(path, _line_of(text, f"{key}: {value}") or _line_of(text, key), f"{key}: {why}"))
 
     effects: list[str] = []
+    depends: list[str] = []
     for key, value in trailers:
         if not key.lower().startswith(TRAILER_PREFIX.lower()):
             continue
@@ -451,8 +454,13 @@ def meta_from_trailers(
                 bad(key, value, "is empty")
             else:
                 effects.append(value)
+        elif canon == "Patchset-Depends":
+            if not value:
+                bad(key, value, "is empty")
+            else:
+                depends.append(value)
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
-                     **kw), findings
+                     depends=tuple(depends), **kw), findings
 
 
 def _upstream_problem(word: str, ref: str) -> str:

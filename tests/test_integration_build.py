@@ -102,12 +102,12 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert data["steps"][0]["verdict"] == "passes"
     # its after tree is the work repository's own tree: built in `patchset build`'s folder, not again
     assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'cpu-minimal'} ")
-    # patch 3's proof includes its three mutations, each seen failing; its test calls the new scheduler query,
-    # so the tree before the fix fails to compile in tests/test-opt.cpp only
+    # patch 3's proof includes its three mutations, each seen failing; its cases use the public API only,
+    # so the tree before the fix builds and its test fails
     data = json.loads(outcomes[opt_free].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation"]
     assert [s["label"] for s in data["steps"][2:]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
-    assert data["steps"][0]["verdict"] == "build-fails"
+    assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:]} == {"fails"}
     # patch 2's mutations (iter and opt_i advanced, the failed step recorded) are seen failing too
     data = json.loads(outcomes[eval_status].evidence_json.read_text())

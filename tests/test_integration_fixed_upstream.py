@@ -85,12 +85,14 @@ def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
     assert got["0005"][:3] == ("conflict", FIXED, [])
     assert sorted(got["0005"][3]) == sorted(ACC_CASES + SET_CASES)
     assert "[metal-replay]" in rows["0005"]["fixed_upstream"]["evidence"]
-    # patches 2 and 3: their tests call what the fix adds (a status returned, a new scheduler function), so
-    # without the fix the test part does not compile, on the old pin as on this upstream (Patchset-Before:
-    # build-fails); upstream did not touch ggml-opt: not fixed, with the compiler's error in the test part
-    for k in ("0002", "0003"):
-        assert got[k] == ("clean", NOT_FIXED, [], []), rows[k]["fixed_upstream"]
-        assert "tests/test-opt.cpp:" in rows[k]["fixed_upstream"]["evidence"]
+    # patch 2: its test uses the status the fix returns, so without the fix the test part does not compile, on
+    # the old pin as on this upstream (Patchset-Before: build-fails); upstream did not touch ggml-opt: not fixed,
+    # with the compiler's error in the test part
+    assert got["0002"] == ("clean", NOT_FIXED, [], []), rows["0002"]["fixed_upstream"]
+    assert "tests/test-opt.cpp:" in rows["0002"]["fixed_upstream"]["evidence"]
+    # patch 3: its cases use the public API only, so they run there (on top of patch 2) and still fail, as on the pin
+    assert got["0003"][:2] == ("clean", NOT_FIXED), rows["0003"]["fixed_upstream"]
+    assert got["0003"][2] and not got["0003"][3], rows["0003"]["fixed_upstream"]
     # no answer here, and why: patch 1 runs on Metal only; patch 4 fixes the test program itself
     assert got["0001"][:2] == got["0004"][:2] == ("clean", CANNOT_TELL)
     assert rows["0001"]["fixed_upstream"]["evidence"] == "backend metal is not on this machine"

@@ -225,3 +225,26 @@ def test_export_names_the_proof_and_the_undeclared_guard_cases(verified) -> None
     assert "(guard cases, not part of the proof): 1\n    - `test-add` CPU `add(a=0,b=0)`" in lines
     lines = "\n".join(evidence_facts.case_lines(json.loads(verdicts["sub-subtracts"].evidence_json.read_text()), sub))
     assert "sub(a=5,b=3)" in lines and "guard" not in lines
+
+
+def test_a_run_stopped_inside_a_group_named_at_its_end_is_matched_to_that_group() -> None:
+    """test-opt names its optimizer only after a group's cases (`Backend CPU adamw: OK`): a before run
+    that crashed in the adamw group prints those cases without the name. They are the after run's
+    adamw cases: the ones that fail before and pass after are the proof (on the H200, patch 3's proof
+    was lost this way: every before case read as absent after)."""
+    from builder.build import testrun
+
+    pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
+    first = pin.index("  Backend CPU adamw:")
+    case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"
+    crashed = pin[:first].replace(f"{case}: \x1b[1;32mOK\x1b[0m", f"{case}: \x1b[1;31mFAIL\x1b[0m", 1)
+
+    def result(text: str, signal: str | None) -> testrun.ProgramResult:
+        found, totals, _ = testrun.parse_console(text, "test-opt")
+        return testrun.ProgramResult("test-opt", (), -11 if signal else 0, signal, tuple(found), 0.1,
+                                     Path("log"), totals)
+
+    rows = cases.table("test-opt", result(crashed, "SIGSEGV"), result(pin, None), None, (), new_program=False)
+    proof = [r for r in rows if r.role == cases.PROOF]
+    assert [(r.case, r.backend) for r in proof] == [(case, "CPU adamw")]
+    assert not [r for r in rows if r.before != cases.NOT_REACHED and r.after == cases.ABSENT]

@@ -98,12 +98,31 @@ def stopped(r: testrun.ProgramResult) -> bool:
     return bool(r.signal_name or r.timed_out)
 
 
+def _unfinished_group(before: dict[tuple[str, str], str],
+                      after: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """A program that names a group only at its end (test-opt: `Backend CPU adamw: OK` after its
+    cases) and was stopped inside one prints that group's cases without the name. They are cases of
+    the after run's first group of that backend that the stopped run did not finish."""
+    done = {backend for backend, _ in before}
+    out: dict[tuple[str, str], str] = {}
+    for (backend, case), status in before.items():
+        key = (backend, case)
+        if key not in after:
+            label = next((ab for ab, _ in after if ab.startswith(backend + " ") and ab not in done), None)
+            if label is not None and (label, case) in after:
+                key = (label, case)
+        out.setdefault(key, status)
+    return out
+
+
 def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramResult,
           parent: testrun.ProgramResult | None, guards: tuple[GuardRule, ...], *, new_program: bool) -> list[Case]:
     """The cases of one test command: every case the before or after run printed, with its scope
     and role. `parent`: the run on the parent tree (None when the patch does not change the program's
     source: every case is existing; or when `new_program`: the parent tree has no such program)."""
     b, a = statuses(before), statuses(after)
+    if stopped(before):
+        b = _unfinished_group(b, a)
     p = statuses(parent) if parent is not None else {}
     out = []
     for key in list(dict.fromkeys([*b, *a])):

@@ -23,8 +23,6 @@ from helpers import (
 
 from builder.cli import main
 from builder.series.canary import FOLLOWED, KIND_CONFLICT, KIND_DEPENDS, KIND_RENAME, KIND_UPSTREAM, canary
-from builder.series.dryrun import CLEAN, CONFLICT
-from builder.series.rebase import dry_run_rebase
 
 PATCH4_TEST_X_C = PATCH3_TEST_X_C.replace("assert(b_len(NULL) == 0);", 'assert(b_len(NULL) == 0 && "empty");')
 COMMITS = 40
@@ -62,7 +60,7 @@ def ranged(tmp_path: Path, cache_dir: Path) -> tuple[Proj, list[str]]:
     return proj, _history(proj)
 
 
-def test_canary_finds_each_patch_s_first_breaking_commit_by_bisection(
+def test_canary_finds_each_patch_s_first_breaking_commit_as_a_linear_scan_does(
         ranged: tuple[Proj, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     proj, ids = ranged
     names = proj.series()
@@ -104,16 +102,12 @@ def test_canary_finds_each_patch_s_first_breaking_commit_by_bisection(
     assert [p["tries"] for p in data["patches"]] == [p.tries for p in report.patches]
     assert f"`{ids[FIXED - 1][:12]}`" in md.read_text()
 
-
-def test_canary_range_and_step(ranged: tuple[Proj, list[str]]) -> None:
-    """Up to a commit before any break: the whole series applies at NEW, patch 2 by a followed rename;
-    with a step the commit found is the first tried that breaks."""
-    proj, ids = ranged
-    report = canary(proj.project, ids[FIXED - 2])
-    assert report.broken == () and report.newest_whole == ids[FIXED - 2]
-    assert report.as_json()["patches"][1]["class"] == FOLLOWED
+    # up to a commit before any break: the whole series applies at NEW, patch 2 by a followed rename
+    before = canary(proj.project, ids[FIXED - 2])
+    assert before.broken == () and before.newest_whole == ids[FIXED - 2]
+    assert before.as_json()["patches"][1]["class"] == FOLLOWED
+    # from OLD, every 4th commit: the commit found is the first one tried that breaks
     stepped = canary(proj.project, ids[-1], ids[RENAME - 1], step=4)
     assert stepped.commits == COMMITS - RENAME
     first = stepped.patches[0].broken_at
-    # tried: every 4th commit after OLD (commits RENAME+4, RENAME+8, ...): the first at or after FIXED
     assert first and first.id == ids[RENAME + 4 * math.ceil((FIXED - RENAME) / 4) - 1]

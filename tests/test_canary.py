@@ -111,3 +111,12 @@ def test_canary_finds_each_patch_s_first_breaking_commit_as_a_linear_scan_does(
     assert stepped.commits == COMMITS - RENAME
     first = stepped.patches[0].broken_at
     assert first and first.id == ids[RENAME + 4 * math.ceil((FIXED - RENAME) / 4) - 1]
+
+
+def test_canary_bad_input_is_one_line_and_exit_2(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    for args, words in ((["--step", "0"], "--step 0"), (["--range", "main"], "expected OLD..NEW"),
+                        (["--range", f"..{proj.upstream.commit}"], "nothing to try")):
+        capsys.readouterr()
+        assert main(["--project", str(proj.root), "canary", *args]) == 2
+        errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and words in errors[0], errors

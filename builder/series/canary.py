@@ -135,8 +135,10 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         if old_id != pin.commit and sc.git.run("merge-base", "--is-ancestor", pin.commit, old_id,
                                                check=False).returncode != 0:
             raise InputError(f"--range: {old} does not descend from the pin {pin.short}")
-        if not line or sc.git.run("merge-base", "--is-ancestor", old_id, new_id, check=False).returncode != 0:
-            raise InputError(f"--range: {new} does not descend from {old or 'the pin'} (nothing to try)")
+        if sc.git.run("merge-base", "--is-ancestor", old_id, new_id, check=False).returncode != 0:
+            raise InputError(f"--range: {new} does not descend from {old or 'the pin'}")
+        if not line:
+            raise InputError(f"--range: no commit after {old or 'the pin'} up to {new}: nothing to try")
         tried = [c for c in line[step - 1::step]]
         if tried[-1] != line[-1]:
             tried.append(line[-1])

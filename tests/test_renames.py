@@ -11,7 +11,7 @@ from helpers import B_C, Proj, make_project, make_upstream
 
 from builder.cli import main
 from builder.series.apply import apply
-from builder.series.dryrun import CONFLICT, follow_renames
+from builder.series.dryrun import CHANGED, CONFLICT, CONTEXT_ONLY, UNCHANGED, change_class, follow_renames
 from builder.series.rebase import dry_run_rebase, rebase
 
 MOVED = "src/b.c -> lib/b.c"
@@ -65,3 +65,25 @@ def test_rebase_follows_an_upstream_rename(moved: tuple[Proj, str]) -> None:
     assert "diff --git a/lib/b.c b/lib/b.c" in mail and "if (s == NULL) return 0;" in mail
     assert "/* b.c, now in lib/ */" in proj.wgit("show", "patched:lib/b.c")
     assert "if (s == NULL) return 0;" in proj.wgit("show", "patched:lib/b.c")
+
+
+def test_a_finished_rebase_separates_context_only_changes_from_changed_patches(moved: tuple[Proj, str]) -> None:
+    """Range-diff in classes: upstream adds a line above patch 1's hunk (its line numbers move) and
+    changes a line of patch 3's context: both context only; patch 2 follows the move unchanged. A
+    patch whose own lines differ is `changed`."""
+    proj, _ = moved
+    apply(proj.project)
+    up = proj.upstream
+    a_c = (up.src / "src" / "a.c").read_text()
+    x_c = (up.src / "tests" / "test-x.c").read_text()
+    new = up.advance({"src/a.c": a_c.replace("#include <stdio.h>\n", "#include <stdio.h>\n#include <stdlib.h>\n"),
+                      "tests/test-x.c": x_c.replace("int main(void) {", "int main(void) { /* x */")},
+                     "upstream moves on\n")
+
+    result = rebase(proj.project, new)
+
+    assert result.report is not None
+    assert [p.change for p in result.report.patches] == [CONTEXT_ONLY, UNCHANGED, CONTEXT_ONLY]
+    assert [p.renamed for p in result.report.patches] == [(), (MOVED,), ()]
+    mail = (proj.patches / proj.series()[0]).read_bytes()
+    assert change_class(mail, mail.replace(b"+    return (long)x + y;", b"+    return (long long)x + y;")) == CHANGED

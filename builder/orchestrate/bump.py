@@ -569,8 +569,9 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
     if r.rebase is None:
         lines.append("(did not finish)" if r.failed_stage == REBASE else "(not run)")
     else:
-        lines += ["| # | patch | outcome | upstream |", "| --- | --- | --- | --- |"]
-        lines += [f"| {i} | {p.patch} | {p.outcome} | {_upstream_cell(p)} |" for i, p in enumerate(r.rebase.patches, 1)]
+        lines += ["| # | patch | outcome | change | upstream |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {i} | {p.patch} | {p.outcome} | {p.change} | {_upstream_cell(p)} |"
+                  for i, p in enumerate(r.rebase.patches, 1)]
         evidence = [f"- {p.patch}: {p.fix.evidence}" for p in r.rebase.patches if p.fix and p.fix.evidence]
         lines += ["", *evidence] if evidence else []
         if r.records:

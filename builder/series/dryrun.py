@@ -103,6 +103,9 @@ class PatchReport:
     renamed: tuple[str, ...] = ()
     """Files of the patch that upstream renamed or moved, as `old -> new`: the patch was tried with
     its paths rewritten to the new names (renames followed; see `follow_renames`)."""
+    change: str = ""
+    """A finished rebase: what the move did to the patch's diff (`change_class`): unchanged, context
+    only, or changed ('' when the patch is gone or nothing compared it)."""
 
     @property
     def failed(self) -> bool:
@@ -132,7 +135,8 @@ class RebaseReport:
         rows = tuple(PatchReport(
             r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
             UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
-            if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ()))) for r in data["patches"])
+            if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ())), r.get("change", ""))
+            for r in data["patches"])
         return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
                    data.get("recovery_ref", ""))
 
@@ -143,6 +147,7 @@ class RebaseReport:
                          "depends_on": p.depends_on,
                          **({"merged_as": p.merged_as} if p.merged_as else {}),
                          **({"renamed": list(p.renamed)} if p.renamed else {}),
+                         **({"change": p.change} if p.change else {}),
                          **({"fixed_upstream": p.fix.as_json()} if p.fix else {})} for p in self.patches],
             **({"recovery_ref": self.recovery_ref} if self.recovery_ref else {}),
             **({"range_diff": self.range_diff} if self.range_diff else {}),
@@ -332,6 +337,31 @@ def follow_renames(mail: bytes, moved: dict[str, str]) -> tuple[bytes, tuple[str
             continue
         out.append(line)
     return b"".join(out), tuple(done)
+
+
+UNCHANGED = "unchanged"
+CONTEXT_ONLY = "context only"
+CHANGED = "changed"
+
+
+def _own_lines(mail: bytes) -> list[bytes]:
+    """The lines a mail's diff adds and removes, in order, without paths, context or line numbers."""
+    return [ln for _p, _h, hunks in split_hunks(mail) for _n, body in hunks
+            for ln in body.splitlines()[1:] if ln[:1] in (b"+", b"-")]
+
+
+def _bodies(mail: bytes) -> list[bytes]:
+    return [body for _p, _h, hunks in split_hunks(mail) for _n, body in hunks]
+
+
+def change_class(old: bytes, new: bytes) -> str:
+    """What a move did to a patch, as Electron's roll tooling separates them: `unchanged` (the same
+    hunks), `context only` (upstream moved or changed the lines around the patch's own; the lines it
+    adds and removes are the same: no new review needed) or `changed` (its own lines differ: a
+    3-way merge or a resolution changed what it does)."""
+    if _bodies(old) == _bodies(new):
+        return UNCHANGED
+    return CONTEXT_ONLY if _own_lines(old) == _own_lines(new) else CHANGED
 
 
 @dataclass(frozen=True)

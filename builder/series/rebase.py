@@ -70,7 +70,8 @@ def dry_run_rebase(project: Project, onto: str, check: Check | None = None) -> R
 
 def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...],
                  predicted: RebaseReport | None = None, range_diff: str = "", recovery_ref: str = "",
-                 renamed: dict[str, tuple[str, ...]] | None = None) -> tuple[RebaseReport, Path]:
+                 renamed: dict[str, tuple[str, ...]] | None = None, changes: dict[str, str] | None = None,
+                 ) -> tuple[RebaseReport, Path]:
     """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`; `predicted`
     (the dry run made before moving, with its checks) adds each patch's upstream verdict."""
     before = {p.patch: p for p in predicted.patches} if predicted else {}
@@ -78,7 +79,8 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
         dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
                            merged_as=before[o.name].merged_as if o.name in before else "",
                            fix=before[o.name].fix if o.name in before else None,
-                           renamed=(renamed or {}).get(o.name, ())) for o in outcomes),
+                           renamed=(renamed or {}).get(o.name, ()), change=(changes or {}).get(o.name, ""))
+        for o in outcomes),
                                    range_diff=range_diff, recovery_ref=recovery_ref)
     path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
     atomic_write_text(path, json.dumps(report.as_json(), indent=1) + "\n")
@@ -187,15 +189,18 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     checked.unlink(missing_ok=True)
     old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
     renamed = _followed(project, work, old_base, old_head)
+    before = {p.name: p.path.read_bytes() for p in load_series(project.patches_dir).patches}
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
+    kinds = {p.name: dryrun.change_class(before[p.name], p.path.read_bytes())
+             for p in series.patches if p.name in before}
     new_up = work.git.out("rev-parse", UPSTREAM)
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
     report, report_file = write_report(project, old_pin, new_pin, named, predicted,
-                                       _range_diff(work, old_base, old_head), before_ref(old_pin), renamed)
+                                       _range_diff(work, old_base, old_head), before_ref(old_pin), renamed, kinds)
     return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)
 
 

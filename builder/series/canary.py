@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.errors import InputError, ProcessError, SeriesError, SourceError
+from builder.errors import InputError, ProcessError, SourceError
 from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
@@ -139,16 +139,10 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
             raise InputError(f"--range: {new} does not descend from {old or 'the pin'}")
         if not line:
             raise InputError(f"--range: no commit after {old or 'the pin'} up to {new}: nothing to try")
-        tried = [c for c in line[step - 1::step]]
+        tried = line[step - 1::step]
         if tried[-1] != line[-1]:
             tried.append(line[-1])
-        # the series on its own base: every patch must apply there (as the dry run asks)
-        tree = fetched.tree
-        for name, mail in zip(names, mails, strict=True):
-            ok, tree = sc.apply(tree, mail)
-            if not ok:
-                raise SeriesError(f"{name}: does not apply on the current pin {pin.short}; "
-                                  "run `patchset apply` to see where")
+        sc.on_pin(fetched.tree, names, mails, pin.short)
         tables: dict[str, list[PatchReport]] = {}
 
         def table(commit: str) -> list[PatchReport]:

@@ -199,6 +199,16 @@ class Scratch:
             return False, ""
         return True, self.git.out("write-tree", env=self.env)
 
+    def on_pin(self, tree: str, names: list[str], mails: list[Path], short: str) -> None:
+        """Apply the series on its own base (the pin `short`), each patch on the result of those
+        before it: every patch must apply there, and applying writes the intermediate blobs that
+        3-way merges elsewhere need (the patches name them)."""
+        for name, mail in zip(names, mails, strict=True):
+            ok, tree = self.apply(tree, mail)
+            if not ok:
+                raise SeriesError(f"{name}: does not apply on the current pin {short}; "
+                                  "run `patchset apply` to see where")
+
     def follow(self, mails: list[Path], moved: dict[str, str]) -> tuple[list[Path], list[tuple[str, ...]]]:
         """The mails with their paths following `moved` (`renames`), written into the scratch folder
         where a path changes, and per mail the renames followed (`old -> new`)."""
@@ -409,12 +419,7 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
             return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
         # the series on its own base first: every patch must apply there, and applying writes the
         # intermediate blobs that the 3-way merges on the new base need (the patches name them)
-        tree = old.tree
-        for name, mail in zip(names, mails, strict=True):
-            ok, tree = sc.apply(tree, mail)
-            if not ok:
-                raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
-                                  "run `patchset apply` to see where")
+        sc.on_pin(old.tree, names, mails, old_pin.short)
         rows = table(sc, names, mails, new.tree, old.tree, moved)
         report = RebaseReport(old_pin.commit, new_commit, True, tuple(
             dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)))

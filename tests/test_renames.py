@@ -7,11 +7,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import B_C, Proj, make_project, make_upstream
+from helpers import B_C, Proj, make_project, make_upstream, pin_toml
 
 from builder.cli import main
 from builder.series.apply import apply
-from builder.series.dryrun import CHANGED, CONFLICT, CONTEXT_ONLY, UNCHANGED, change_class, follow_renames
+from builder.series.dryrun import (
+    CHANGED,
+    CLEAN,
+    CONFLICT,
+    CONTEXT_ONLY,
+    UNCHANGED,
+    change_class,
+    dry_run_apply,
+    follow_renames,
+)
 from builder.series.rebase import dry_run_rebase, rebase
 
 MOVED = "src/b.c -> lib/b.c"
@@ -87,3 +96,16 @@ def test_a_finished_rebase_separates_context_only_changes_from_changed_patches(m
     assert [p.renamed for p in result.report.patches] == [(), (MOVED,), ()]
     mail = (proj.patches / proj.series()[0]).read_bytes()
     assert change_class(mail, mail.replace(b"+    return (long)x + y;", b"+    return (long long)x + y;")) == CHANGED
+
+
+def test_apply_dry_run_follows_a_file_moved_as_it_was(tmp_path: Path, cache_dir: Path) -> None:
+    """A series written on an older upstream, pinned on one where a file it touches moved unchanged:
+    with no old base to compare with, the file is found by the blob id the patch starts from."""
+    up = make_upstream(tmp_path)
+    proj = make_project(tmp_path, up, cache_dir)
+    new = up.advance({"src/b.c": None, "lib/b.c": B_C}, "move b.c to lib/\n")
+    proj.project.pin_file.write_text(pin_toml(new, up.tree_of(new), [{"kind": "git", "url": up.url}]))
+
+    report = dry_run_apply(proj.project)
+
+    assert [(p.outcome, p.renamed) for p in report.patches] == [(CLEAN, ()), (CLEAN, (MOVED,)), (CLEAN, ())]

@@ -525,11 +525,38 @@ def dry_run_apply(project: Project) -> RebaseReport:
     with scratch_repo([fetched.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
-        if mails and sc.applies_all(fetched.tree, mails):
+        moved, followed = sc.follow(mails, moved_files(sc.git, fetched.tree, mails))
+        if mails and sc.applies_all(fetched.tree, moved):
             rows = [PatchReport(name, CLEAN) for name in names]
         else:
-            rows = table(sc, names, mails, fetched.tree, None)
-        return RebaseReport("", pin.commit or fetched.commit, True, tuple(rows))
+            rows = table(sc, names, mails, fetched.tree, None, moved)
+        return RebaseReport("", pin.commit or fetched.commit, True, tuple(
+            dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)))
+
+
+def moved_files(git: GitRepo, tree: str, mails: list[Path]) -> dict[str, str]:
+    """Without an old base to compare with (`apply --dry-run`): each file a mail changes that `tree`
+    lacks, found at another path of `tree` by the blob id the mail starts from (a file moved as it
+    was; one moved and changed is not found). Old path -> new path, as `renames` gives them."""
+    starts: dict[str, str] = {}
+    for mail in mails:
+        for path, (old, _new) in blob_ids(mail.read_bytes()).items():
+            starts.setdefault(path, old)
+    wanted = {p: b for p, b in starts.items() if b.strip("0")}
+    if not wanted:
+        return {}
+    listing = git.run("ls-tree", "-r", "-z", tree).stdout.split("\0")
+    # <mode> SP <type> SP <object> TAB <path>
+    blobs = [(e.split("\t", 1)[0].split()[2], e.split("\t", 1)[1]) for e in listing if "\t" in e]
+    present = {path for _b, path in blobs}
+    moved: dict[str, str] = {}
+    for path, start in wanted.items():
+        if path in present:
+            continue
+        found = [p for b, p in blobs if _same_blob(b, start)]
+        if len(found) == 1:
+            moved[path] = found[0]
+    return moved
 
 
 @contextlib.contextmanager

@@ -256,8 +256,11 @@ def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed(
     """bump.yml (issue 23): its own repository only, the CPU, and bump's own check of each patch's
     test, dropping (for the pull request's reviewer) the patches upstream fixed."""
     calls = [argv for where, argv in CALLS if where.startswith("bump.yml")]
-    assert [c[0] for c in calls] == ["pin", "apply", "bump"]
-    bump = build_parser().parse_args(calls[2])
+    assert [c[0] for c in calls] == ["canary", "pin", "pin", "apply", "bump"]
+    # issue 35: the canary maps the range first; the pin is the release or the newest commit the series survives
+    canary = build_parser().parse_args(calls[0])
+    assert canary.json and canary.markdown and canary.range_ == "..refs/tags/$TAG"
+    bump = build_parser().parse_args(calls[4])
     assert bump.backend == "cpu" and bump.drop_fixed
     text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
     assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text

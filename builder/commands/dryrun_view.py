@@ -29,6 +29,10 @@ def print_report(report: RebaseReport, as_json: bool) -> None:
             detail = "files: " + ", ".join(p.files) + ("; hunks: " + ", ".join(p.hunks) if p.hunks else "")
         elif p.outcome == DEPENDS:
             detail = f"needs {p.depends_on}"
+        if p.change:
+            detail = "; ".join(filter(None, [detail, p.change]))
+        if p.renamed:
+            detail = "; ".join(filter(None, [detail, "renamed upstream, followed: " + ", ".join(p.renamed)]))
         table.add_row(str(i), p.patch, p.outcome, detail, *([_upstream(p)] if checked else []))
     console.print(table)
     if checked:

@@ -613,8 +613,12 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
     if r.rebase is None:
         lines.append("(did not finish)" if r.failed_stage == REBASE else "(not run)")
     else:
-        lines += ["| # | patch | outcome | upstream |", "| --- | --- | --- | --- |"]
-        lines += [f"| {i} | {p.patch} | {p.outcome} | {_upstream_cell(p)} |" for i, p in enumerate(r.rebase.patches, 1)]
+        # a finished rebase: what the move did to each patch's own lines (the dry run's table has no such column)
+        changed = any(p.change for p in r.rebase.patches)
+        lines += ["| # | patch | outcome | upstream |" + (" change |" if changed else ""),
+                  "| --- | --- | --- | --- |" + (" --- |" if changed else "")]
+        lines += [f"| {i} | {p.patch} | {p.outcome} | {_upstream_cell(p)} |" + (f" {p.change} |" if changed else "")
+                  for i, p in enumerate(r.rebase.patches, 1)]
         evidence = [f"- {p.patch}: {p.fix.evidence}" for p in r.rebase.patches if p.fix and p.fix.evidence]
         lines += ["", *evidence] if evidence else []
         if r.records:

@@ -100,6 +100,12 @@ class PatchReport:
     diff, whatever its context): merged as is, even when the diff no longer applies."""
     fix: UpstreamFix | None = None
     """Whether upstream fixed the bug, by the patch's own test (only when asked for: it builds)."""
+    renamed: tuple[str, ...] = ()
+    """Files of the patch that upstream renamed or moved, as `old -> new`: the patch was tried with
+    its paths rewritten to the new names (renames followed; see `follow_renames`)."""
+    change: str = ""
+    """A finished rebase: what the move did to the patch's diff (`change_class`): unchanged, context
+    only, or changed ('' when the patch is gone or nothing compared it)."""
 
     @property
     def failed(self) -> bool:
@@ -129,7 +135,8 @@ class RebaseReport:
         rows = tuple(PatchReport(
             r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
             UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
-            if (f := r.get("fixed_upstream")) else None) for r in data["patches"])
+            if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ())), r.get("change", ""))
+            for r in data["patches"])
         return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
                    data.get("recovery_ref", ""))
 
@@ -139,6 +146,8 @@ class RebaseReport:
             "patches": [{"patch": p.patch, "outcome": p.outcome, "files": list(p.files), "hunks": list(p.hunks),
                          "depends_on": p.depends_on,
                          **({"merged_as": p.merged_as} if p.merged_as else {}),
+                         **({"renamed": list(p.renamed)} if p.renamed else {}),
+                         **({"change": p.change} if p.change else {}),
                          **({"fixed_upstream": p.fix.as_json()} if p.fix else {})} for p in self.patches],
             **({"recovery_ref": self.recovery_ref} if self.recovery_ref else {}),
             **({"range_diff": self.range_diff} if self.range_diff else {}),
@@ -189,6 +198,31 @@ class Scratch:
         if rc != 0 or self.unmerged():
             return False, ""
         return True, self.git.out("write-tree", env=self.env)
+
+    def on_pin(self, tree: str, names: list[str], mails: list[Path], short: str) -> None:
+        """Apply the series on its own base (the pin `short`), each patch on the result of those
+        before it: every patch must apply there, and applying writes the intermediate blobs that
+        3-way merges elsewhere need (the patches name them)."""
+        for name, mail in zip(names, mails, strict=True):
+            ok, tree = self.apply(tree, mail)
+            if not ok:
+                raise SeriesError(f"{name}: does not apply on the current pin {short}; "
+                                  "run `patchset apply` to see where")
+
+    def follow(self, mails: list[Path], moved: dict[str, str]) -> tuple[list[Path], list[tuple[str, ...]]]:
+        """The mails with their paths following `moved` (`renames`), written into the scratch folder
+        where a path changes, and per mail the renames followed (`old -> new`)."""
+        out: list[Path] = []
+        followed: list[tuple[str, ...]] = []
+        for i, mail in enumerate(mails):
+            data, done = follow_renames(mail.read_bytes(), moved)
+            if done:
+                out.append(self.root / f"followed-{i}-{mail.name}")
+                out[-1].write_bytes(data)
+            else:
+                out.append(mail)
+            followed.append(done)
+        return out, followed
 
     def unmerged(self) -> list[str]:
         out = self.git.run("ls-files", "--unmerged", "-z", env=self.env).stdout
@@ -256,6 +290,90 @@ def split_hunks(mail: bytes) -> list[tuple[str, bytes, list[tuple[int, bytes]]]]
     return files
 
 
+def renames(git: GitRepo, old: str, new: str) -> dict[str, str]:
+    """The files upstream renamed or moved between two trees or commits, by git's rename detection
+    (`diff -M`, the default similarity): old path -> new path. A renamed path is gone from `new`."""
+    fields = git.run("diff-tree", "-r", "-M", "--name-status", "-z", old, new).stdout.split("\0")
+    moved: dict[str, str] = {}
+    i = 0
+    while i < len(fields) - 1:
+        status = fields[i]
+        if status[:1] in ("R", "C"):
+            if status[:1] == "R":
+                moved[fields[i + 1]] = fields[i + 2]
+            i += 3
+        else:
+            i += 2
+    return moved
+
+
+_PATH_LINES = (b"--- a/", b"+++ b/", b"rename from ", b"rename to ", b"copy from ", b"copy to ")
+_DIFF_GIT = re.compile(rb"^diff --git a/(.*) b/(.*?)(\r?\n)?$")
+
+
+def follow_renames(mail: bytes, moved: dict[str, str]) -> tuple[bytes, tuple[str, ...]]:
+    """`mail` with each path upstream renamed (`renames`) rewritten to its new name, in the diff's
+    file headers only, and the renames followed (`old -> new`).
+
+    Upstream moving a file a patch touches is what left Ollama's bump with "sha1 information is
+    lacking or useless": the patch names a path the new tree does not have. With the path
+    rewritten, `git apply` finds the file, and `--3way` merges from the blob the patch names.
+    """
+    out: list[bytes] = []
+    done: dict[str, None] = {}
+    in_header = False
+
+    def new_name(raw: bytes) -> bytes:
+        path = raw.decode("utf-8", "surrogateescape")
+        if path in moved:
+            done[f"{path} -> {moved[path]}"] = None
+            return moved[path].encode("utf-8", "surrogateescape")
+        return raw
+
+    for line in mail.splitlines(keepends=True):
+        if line.startswith(b"diff --git "):
+            in_header = True
+            m = _DIFF_GIT.match(line)
+            out.append(b"diff --git a/" + new_name(m.group(1)) + b" b/" + new_name(m.group(2)) + (m.group(3) or b"")
+                       if m else line)
+            continue
+        if in_header and line.startswith(b"@@"):
+            in_header = False
+        elif in_header and line.startswith(_PATH_LINES):
+            head = next(p for p in _PATH_LINES if line.startswith(p))
+            body = line[len(head):]
+            eol = body[len(body.rstrip(b"\r\n")):]
+            out.append(head + new_name(body[:len(body) - len(eol)]) + eol)
+            continue
+        out.append(line)
+    return b"".join(out), tuple(done)
+
+
+UNCHANGED = "unchanged"
+CONTEXT_ONLY = "context only"
+CHANGED = "changed"
+
+
+def _own_lines(mail: bytes) -> list[bytes]:
+    """The lines a mail's diff adds and removes, in order, without paths, context or line numbers."""
+    return [ln for _p, _h, hunks in split_hunks(mail) for _n, body in hunks
+            for ln in body.splitlines()[1:] if ln[:1] in (b"+", b"-")]
+
+
+def _bodies(mail: bytes) -> list[bytes]:
+    return [body for _p, _h, hunks in split_hunks(mail) for _n, body in hunks]
+
+
+def change_class(old: bytes, new: bytes) -> str:
+    """What a move did to a patch, as Electron's roll tooling separates them: `unchanged` (the same
+    hunks), `context only` (upstream moved or changed the lines around the patch's own; the lines it
+    adds and removes are the same: no new review needed) or `changed` (its own lines differ: a
+    3-way merge or a resolution changed what it does)."""
+    if _bodies(old) == _bodies(new):
+        return UNCHANGED
+    return CONTEXT_ONLY if _own_lines(old) == _own_lines(new) else CHANGED
+
+
 @dataclass(frozen=True)
 class Moved:
     """What a dry run made, for a check that builds on it (valid inside `dry_run`'s `check` only)."""
@@ -292,20 +410,19 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
     with scratch_repo([old.repo / "objects", new.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
+        moved, followed = sc.follow(mails, renames(sc.git, old.tree, new.tree))
         # most moves: the whole series applies as is on the new base (and so on its own): every
         # patch is clean, found in one `git apply` instead of several processes a patch
-        if mails and sc.applies_all(new.tree, mails) and (old.tree == new.tree or sc.applies_all(old.tree, mails)):
-            report = RebaseReport(old_pin.commit, new_commit, True, tuple(PatchReport(name, CLEAN) for name in names))
+        if mails and sc.applies_all(new.tree, moved) and (old.tree == new.tree or sc.applies_all(old.tree, mails)):
+            report = RebaseReport(old_pin.commit, new_commit, True, tuple(
+                PatchReport(name, CLEAN, renamed=f) for name, f in zip(names, followed, strict=True)))
             return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
         # the series on its own base first: every patch must apply there, and applying writes the
         # intermediate blobs that the 3-way merges on the new base need (the patches name them)
-        tree = old.tree
-        for name, mail in zip(names, mails, strict=True):
-            ok, tree = sc.apply(tree, mail)
-            if not ok:
-                raise SeriesError(f"{name}: does not apply on the current pin {old_pin.short}; "
-                                  "run `patchset apply` to see where")
-        report = RebaseReport(old_pin.commit, new_commit, True, tuple(_table(sc, names, mails, new.tree, old.tree)))
+        sc.on_pin(old.tree, names, mails, old_pin.short)
+        rows = table(sc, names, mails, new.tree, old.tree, moved)
+        report = RebaseReport(old_pin.commit, new_commit, True, tuple(
+            dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)))
         return report if check is None else _checked(sc, series.patches, report, old, new, check, new_pin)
 
 
@@ -408,11 +525,38 @@ def dry_run_apply(project: Project) -> RebaseReport:
     with scratch_repo([fetched.repo / "objects"]) as sc:
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
-        if mails and sc.applies_all(fetched.tree, mails):
+        moved, followed = sc.follow(mails, moved_files(sc.git, fetched.tree, mails))
+        if mails and sc.applies_all(fetched.tree, moved):
             rows = [PatchReport(name, CLEAN) for name in names]
         else:
-            rows = _table(sc, names, mails, fetched.tree, None)
-        return RebaseReport("", pin.commit or fetched.commit, True, tuple(rows))
+            rows = table(sc, names, mails, fetched.tree, None, moved)
+        return RebaseReport("", pin.commit or fetched.commit, True, tuple(
+            dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)))
+
+
+def moved_files(git: GitRepo, tree: str, mails: list[Path]) -> dict[str, str]:
+    """Without an old base to compare with (`apply --dry-run`): each file a mail changes that `tree`
+    lacks, found at another path of `tree` by the blob id the mail starts from (a file moved as it
+    was; one moved and changed is not found). Old path -> new path, as `renames` gives them."""
+    starts: dict[str, str] = {}
+    for mail in mails:
+        for path, (old, _new) in blob_ids(mail.read_bytes()).items():
+            starts.setdefault(path, old)
+    wanted = {p: b for p, b in starts.items() if b.strip("0")}
+    if not wanted:
+        return {}
+    listing = git.run("ls-tree", "-r", "-z", tree).stdout.split("\0")
+    # <mode> SP <type> SP <object> TAB <path>
+    blobs = [(e.split("\t", 1)[0].split()[2], e.split("\t", 1)[1]) for e in listing if "\t" in e]
+    present = {path for _b, path in blobs}
+    moved: dict[str, str] = {}
+    for path, start in wanted.items():
+        if path in present:
+            continue
+        found = [p for b, p in blobs if _same_blob(b, start)]
+        if len(found) == 1:
+            moved[path] = found[0]
+    return moved
 
 
 @contextlib.contextmanager
@@ -424,11 +568,13 @@ def scratch_repo(borrow: list[Path]) -> Iterator[Scratch]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _table(sc: Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
-           ) -> list[PatchReport]:
+def table(sc: Scratch, names: list[str], mails: list[Path], new_tree: str, old_tree: str | None,
+           moved: list[Path] | None = None) -> list[PatchReport]:
     """Each patch on `new_tree` carried forward, in order. With `old_tree` (the series' own base,
     where every patch applies) `depends` is found by applying there without the failed patches;
-    without it, from the blob ids the diffs name."""
+    without it, from the blob ids the diffs name. `moved`: the mails as tried on `new_tree` (their
+    paths following upstream's renames), `mails` as they apply on `old_tree`."""
+    news = mails if moved is None else moved
     reports: list[PatchReport] = []
     carried = new_tree
     without_failed = old_tree  # the old base with every patch that has not failed on the new one
@@ -443,7 +589,7 @@ def _table(sc: Scratch, names: list[str], mails: list[Path], new_tree: str, old_
                 # applies as is (its context matched exactly, no merge) does not need it
                 needs = _builds_on(mails, failed, mail, names)
                 if needs:
-                    ok, after = sc.apply(carried, mail)
+                    ok, after = sc.apply(carried, news[j])
                     if ok:
                         reports.append(PatchReport(name, CLEAN))
                         carried = after
@@ -451,7 +597,7 @@ def _table(sc: Scratch, names: list[str], mails: list[Path], new_tree: str, old_
             if needs:
                 reports.append(PatchReport(name, DEPENDS, depends_on=needs))
                 continue
-        report, carried = _try(sc, carried, name, mail)
+        report, carried = _try(sc, carried, name, news[j])
         reports.append(report)
         if without_failed is not None and not report.failed:
             without_failed = sc.stack(without_failed, [mail])

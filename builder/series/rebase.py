@@ -70,6 +70,7 @@ def dry_run_rebase(project: Project, onto: str, check: Check | None = None) -> R
 
 def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[PatchOutcome, ...],
                  predicted: RebaseReport | None = None, range_diff: str = "", recovery_ref: str = "",
+                 renamed: dict[str, tuple[str, ...]] | None = None, changes: dict[str, str] | None = None,
                  ) -> tuple[RebaseReport, Path]:
     """The table of a finished rebase, written to `.patchset/rebase-<old>-<new>.json`; `predicted`
     (the dry run made before moving, with its checks) adds each patch's upstream verdict."""
@@ -77,7 +78,9 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
     report = dryrun.RebaseReport(old_pin.commit, new_pin.commit, False, tuple(
         dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
                            merged_as=before[o.name].merged_as if o.name in before else "",
-                           fix=before[o.name].fix if o.name in before else None) for o in outcomes),
+                           fix=before[o.name].fix if o.name in before else None,
+                           renamed=(renamed or {}).get(o.name, ()), change=(changes or {}).get(o.name, ""))
+        for o in outcomes),
                                    range_diff=range_diff, recovery_ref=recovery_ref)
     path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
     atomic_write_text(path, json.dumps(report.as_json(), indent=1) + "\n")
@@ -139,6 +142,9 @@ def rebase(project: Project, onto: str, check: Check | None = None,
         if want not in alternates.read_text():
             alternates.write_text(alternates.read_text() + want + "\n")
         merge_shallow(fetched.repo, work.path / ".git")
+        # upstream's renames followed: each mail's paths rewritten to the files' new names
+        moved = dryrun.renames(work.git, old_base, fetched.commit)
+        mails = [(name, dryrun.follow_renames(data, moved)[0]) for name, data in mails]
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[name for name, _ in kept], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
@@ -182,16 +188,35 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
         predicted = dryrun.RebaseReport.from_json(json.loads(checked.read_text()))
     checked.unlink(missing_ok=True)
     old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
+    renamed = _followed(project, work, old_base, old_head)
+    before = {p.name: p.path.read_bytes() for p in load_series(project.patches_dir).patches}
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
+    kinds = {p.name: dryrun.change_class(before[p.name], p.path.read_bytes())
+             for p in series.patches if p.name in before}
     new_up = work.git.out("rev-parse", UPSTREAM)
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
     report, report_file = write_report(project, old_pin, new_pin, named, predicted,
-                                       _range_diff(work, old_base, old_head), before_ref(old_pin))
+                                       _range_diff(work, old_base, old_head), before_ref(old_pin), renamed, kinds)
     return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)
+
+
+def _followed(project: Project, work: WorkRepo, old_base: str | None, old_head: str | None,
+              ) -> dict[str, tuple[str, ...]]:
+    """Per patch: the renames `rebase` followed (its old mail against the new upstream), read
+    before patches/ is rewritten (its names are the old series', in the old commits' order)."""
+    if not old_base or not old_head:
+        return {}
+    moved = dryrun.renames(work.git, old_base, UPSTREAM)
+    if not moved:
+        return {}
+    old = load_series(project.patches_dir).patches
+    mails = format_mails(work.git, f"{old_base}..{old_head}")
+    return {p.name: done for p, (_, data) in zip(old, mails, strict=False)
+            if (done := dryrun.follow_renames(data, moved)[1])}
 
 
 def continue_rebase(project: Project) -> RebaseResult:

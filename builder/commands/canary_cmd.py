@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from builder.console import CliProgress, console
+from builder.errors import InputError, Outcome
+from builder.fsutil import atomic_write_text
+from builder.project import Project
+from builder.series.canary import FOLLOWED, CanaryReport, PatchCanary, canary
+
+NAME = "canary"
+HELP = ("over the upstream commits after the pin, find by bisection the first commit where each patch stops "
+        "applying, and the newest where the whole series applies (text checks only: no --build/--test yet)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--range", dest="range_", metavar="OLD..NEW",
+                   help="the first-parent commits of the pin's git source to try (default: the pin..HEAD; "
+                        "OLD may be left out: the pin)")
+    p.add_argument("--step", type=int, default=1,
+                   help="try every Nth commit only (the first breaking commit is then known to within N)")
+    p.add_argument("--scan", action="store_true",
+                   help="try every commit instead of bisecting (a linear scan, to check the bisection against)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
+
+
+def run(args: argparse.Namespace, project: Project) -> Outcome:
+    old, new = "", "HEAD"
+    if args.range_:
+        if ".." not in args.range_ or "..." in args.range_:
+            raise InputError(f"--range {args.range_}: expected OLD..NEW (OLD may be empty)")
+        old, new = args.range_.split("..", 1)
+        new = new or "HEAD"
+    report = canary(project, new, old, args.step, args.scan, None if args.json else CliProgress())
+    if args.markdown:
+        atomic_write_text(Path(args.markdown), markdown(report))
+    if args.json:
+        print(json.dumps(report.as_json(), indent=1))
+    else:
+        _print(report)
+    return Outcome.CONFLICT if report.broken else Outcome.OK
+
+
+def _where(report: CanaryReport) -> str:
+    return (f"{len(report.patches)} patch(es) over {report.commits} commit(s) {report.old[:12]}..{report.new[:12]}"
+            + (f", every {report.step}th" if report.step > 1 else "")
+            + f"; {report.tried} commit(s) tried ({'linear scan' if report.scan else 'bisection'})")
+
+
+def _print(report: CanaryReport) -> None:
+    table = Table("patch", "breaks at", "class", "detail", "tries")
+    for p in report.patches:
+        at = f"{p.broken_at.id[:12]} {p.broken_at.subject}" if p.broken_at else "-"
+        table.add_row(p.patch, at, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries))
+    console.print(table)
+    console.print(_where(report), highlight=False)
+    console.print(f"newest commit where the whole series applies: {report.newest_whole[:12]} {report.newest_subject}",
+                  highlight=False, markup=False)
+
+
+def _detail(p: PatchCanary) -> str:
+    words = []
+    if p.broken_at and p.broken_at.files:
+        words.append("files: " + ", ".join(p.broken_at.files))
+    if p.hunks:
+        words.append("hunks: " + ", ".join(p.hunks))
+    if p.depends_on:
+        words.append(f"needs {p.depends_on}")
+    if p.renamed:
+        words.append("renames followed: " + ", ".join(p.renamed))
+    return "; ".join(words)
+
+
+def markdown(report: CanaryReport) -> str:
+    """The report as a Markdown page."""
+    lines = [f"# patchset canary {report.old[:12]}..{report.new[:12]}", "",
+             _where(report) + ".", "",
+             f"Newest commit where the whole series applies: `{report.newest_whole[:12]}` {report.newest_subject}",
+             "", "| patch | breaks at | subject | class | detail | tries |", "| --- | --- | --- | --- | --- | --- |"]
+    for p in report.patches:
+        at, subject = (f"`{p.broken_at.id[:12]}`", p.broken_at.subject) if p.broken_at else ("-", "")
+        cells = [p.patch, at, subject, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Text checks only (the patches applied in a scratch index); bisection assumes a patch "
+              "that stops applying does not apply again later in the range."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,281 @@
+"""`patchset canary`: the map of an upstream range for the series, by bisection.
+
+Over the first-parent commits of the pin's git source between the pin (or OLD) and NEW, it finds
+for each patch the first commit where the patch stops applying, and the newest commit where the
+whole series applies. Text checks only (`--build`/`--test` are not done yet): each commit tried
+gets the table of `rebase --dry-run` (`builder.series.dryrun`, in a scratch index that borrows
+the cache's objects; no work tree is touched), with upstream's renames between the pin and that
+commit followed. A patch that breaks does not hide the ones after it: each later patch is tried
+on the tree carried without it, and is `depends` only when it builds on it (the dry run's rule).
+
+Bisection assumes that breakage is monotonic: once a patch stops applying it does not apply again
+later in the range (upstream reverting a change, or moving a line out and back, breaks that). The
+commit found is the first bad one after the last good one the bisection tried; with `step` 1 that
+good commit is its first parent, so "its parent applies" is checked, not assumed. `scan` tries
+every commit instead (the linear scan the bisection is checked against: tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.errors import InputError, ProcessError, SourceError
+from builder.gitrepo import GitRepo
+from builder.progress import NullProgress, ProgressSink
+from builder.project import Project
+from builder.series import dryrun
+from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport, Scratch
+from builder.series.model import load_series
+from builder.upstream import fetch as upstream
+from builder.upstream.fetch import merge_shallow
+from builder.upstream.pin import GitSource, load_pin
+
+KIND_CONFLICT = "conflict"
+KIND_RENAME = "rename"
+"""A conflict at a commit that renames, moves or deletes a file the patch touches (what git's rename
+detection could not follow)."""
+KIND_UPSTREAM = "already upstream"
+KIND_DEPENDS = "depends"
+FOLLOWED = "rename, followed"
+"""A patch that still applies because its paths were rewritten to upstream's new names."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One upstream commit of the range."""
+
+    id: str
+    subject: str
+    files: tuple[str, ...] = ()
+    """The files it changes (against its first parent) that the patch touches (old or new names);
+    every file it changes when it touches none of them (a patch that depends on another)."""
+
+    def as_json(self) -> dict:
+        return {"commit": self.id, "subject": self.subject, "files": list(self.files)}
+
+
+@dataclass(frozen=True)
+class PatchCanary:
+    """Where in the range one patch stops applying."""
+
+    patch: str
+    tries: int
+    """Commits at which this patch was tried (bisection: at most 1 + ceil(log2(commits)))."""
+    broken_at: Commit | None = None
+    """The first commit where it does not apply; None when it applies at NEW."""
+    last_good: str = ""
+    """The newest commit tried before `broken_at` where it applies (its first parent with step 1)."""
+    kind: str = ""
+    """conflict, rename, already upstream or depends (see the KIND_ constants); '' when not broken."""
+    depends_on: str = ""
+    hunks: tuple[str, ...] = ()
+    """conflict: `path:line` of the hunks that do not apply at `broken_at`."""
+    renamed: tuple[str, ...] = ()
+    """Renames followed (`old -> new`) at the newest commit where it applies."""
+
+    def as_json(self) -> dict:
+        return {"patch": self.patch, "tries": self.tries,
+                "broken_at": self.broken_at.as_json() if self.broken_at else None,
+                "last_good": self.last_good, "class": self.kind or (FOLLOWED if self.renamed else ""),
+                "depends_on": self.depends_on, "hunks": list(self.hunks), "renamed": list(self.renamed)}
+
+
+@dataclass(frozen=True)
+class CanaryReport:
+    old: str
+    new: str
+    commits: int
+    """First-parent commits in OLD..NEW."""
+    step: int
+    tried: int
+    """Commits tried for the series (each costs a dry-run table)."""
+    newest_whole: str
+    """The newest commit tried where the whole series applies (OLD when it breaks at once)."""
+    newest_subject: str
+    scan: bool = False
+    patches: tuple[PatchCanary, ...] = field(default_factory=tuple)
+
+    @property
+    def broken(self) -> tuple[PatchCanary, ...]:
+        return tuple(p for p in self.patches if p.broken_at)
+
+    def as_json(self) -> dict:
+        return {"old": self.old, "new": self.new, "commits": self.commits, "step": self.step,
+                "method": "scan" if self.scan else "bisect", "tried": self.tried,
+                "newest_whole": {"commit": self.newest_whole, "subject": self.newest_subject},
+                "patches": [p.as_json() for p in self.patches]}
+
+
+def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, scan: bool = False,
+           progress: ProgressSink | None = None) -> CanaryReport:
+    """The canary over OLD..NEW of the pin's git source (OLD: the pin). Nothing in the project
+    changes; the pin is fetched into the cache when it is not there yet."""
+    if step < 1:
+        raise InputError(f"--step {step}: must be 1 or more")
+    progress = progress or NullProgress()
+    pin = load_pin(project.pin_file)
+    series = load_series(project.patches_dir)
+    urls = [s.url for s in pin.sources if isinstance(s, GitSource)]
+    if not urls:
+        raise InputError(f"{project.pin_file}: canary needs a git source (the pin's history); it has none")
+    fetched = upstream.fetch(project.cache_dir, pin)
+    if fetched.commit != pin.commit:
+        raise InputError(f"{project.pin_file}: the cached pin {pin.short} is an import without history; "
+                         "canary needs it from the git source")
+    mails = [p.path for p in series.patches]
+    names = [p.name for p in series.patches]
+    with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:
+        new_id = _history(sc.git, fetched.repo, urls, pin.commit, new, old)
+        old_id = sc.git.out("rev-parse", "refs/canary/old^{commit}") if old and old != pin.commit else pin.commit
+        line = sc.git.out("rev-list", "--first-parent", "--reverse", f"{old_id}..{new_id}").split()
+        if old_id != pin.commit and sc.git.run("merge-base", "--is-ancestor", pin.commit, old_id,
+                                               check=False).returncode != 0:
+            raise InputError(f"--range: {old} does not descend from the pin {pin.short}")
+        if sc.git.run("merge-base", "--is-ancestor", old_id, new_id, check=False).returncode != 0:
+            raise InputError(f"--range: {new} does not descend from {old or 'the pin'}")
+        if not line:
+            raise InputError(f"--range: no commit after {old or 'the pin'} up to {new}: nothing to try")
+        tried = line[step - 1::step]
+        if tried[-1] != line[-1]:
+            tried.append(line[-1])
+        sc.on_pin(fetched.tree, names, mails, pin.short)
+        tables: dict[str, list[PatchReport]] = {}
+
+        def table(commit: str) -> list[PatchReport]:
+            if commit not in tables:
+                tables[commit] = _table_at(sc, names, mails, fetched.tree, commit)
+            return tables[commit]
+
+        if old_id != pin.commit and any(not _applies(r) for r in table(old_id)):
+            raise InputError(f"--range: the series does not apply at {old} (run `patchset rebase --dry-run "
+                             f"--onto {old_id}`)")
+        progress.begin(f"canary: {len(names)} patch(es) over {len(line)} commit(s)", len(names))
+        rows = []
+        for k, name in enumerate(names):
+            rows.append(_one(sc.git, k, name, mails[k], tried, old_id, table, scan))
+            progress.update(k + 1, len(names), name)
+        progress.end()
+        # the newest commit tried where every patch applies: the one before the first that breaks one
+        first_bad = min((tried.index(p.broken_at.id) for p in rows if p.broken_at), default=len(tried))
+        whole = tried[first_bad - 1] if first_bad else old_id
+        return CanaryReport(old_id, new_id, len(line), step, len(tables), whole, _subject(sc.git, whole), scan,
+                            tuple(rows))
+
+
+def _applies(r: PatchReport) -> bool:
+    return not r.failed and r.outcome != UPSTREAM
+
+
+def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: str,
+         table: Callable[[str], list[PatchReport]], scan: bool) -> PatchCanary:
+    """Patch k over the commits `tried`: bisection (or every commit with `scan`)."""
+    n = len(tried)
+    tries = 0
+
+    def ok(i: int) -> bool:
+        nonlocal tries
+        tries += 1
+        return _applies(table(tried[i])[k])
+
+    if scan:
+        bad = next((i for i in range(n) if not ok(i)), n)
+    elif ok(n - 1):
+        bad = n
+    else:
+        lo, hi = -1, n - 1  # lo applies (OLD), hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        bad = hi
+    last_good = tried[bad - 1] if bad > 0 else old_id
+    renamed = table(last_good)[k].renamed if last_good in tried else ()
+    if bad == n:
+        return PatchCanary(name, tries, None, last_good, renamed=renamed)
+    row = table(tried[bad])[k]
+    commit = _commit(git, tried[bad], dryrun.split_hunks(mail.read_bytes()), row)
+    kind = {DEPENDS: KIND_DEPENDS, UPSTREAM: KIND_UPSTREAM}.get(row.outcome, KIND_CONFLICT)
+    paths = {p for p, _h, _l in dryrun.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
+    if row.outcome == CONFLICT and _moves(git, tried[bad], paths):
+        kind = KIND_RENAME
+    return PatchCanary(name, tries, commit, last_good, kind, row.depends_on, row.hunks, renamed)
+
+
+def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str, commit: str) -> list[PatchReport]:
+    """The dry run's table of the series on `commit`, upstream's renames since the pin followed."""
+    tree = sc.git.out("rev-parse", f"{commit}^{{tree}}")
+    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree))
+    if sc.applies_all(tree, moved):
+        rows = [PatchReport(name, dryrun.CLEAN) for name in names]
+    else:
+        rows = dryrun.table(sc, names, mails, tree, pin_tree, moved)
+    return [PatchReport(r.patch, r.outcome, r.files, r.hunks, r.depends_on, renamed=f)
+            for r, f in zip(rows, followed, strict=True)]
+
+
+def _changed(git: GitRepo, commit: str) -> list[tuple[str, str]]:
+    """(status letter, path) of each file `commit` changes against its first parent (renames: both paths)."""
+    fields = git.run("diff-tree", "-r", "-M", "--no-commit-id", "--name-status", "-z", f"{commit}^", commit
+                     ).stdout.split("\0")
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields) - 1:
+        status = fields[i]
+        if status[:1] in ("R", "C"):
+            out += [(status[:1], fields[i + 1]), (status[:1], fields[i + 2])]
+            i += 3
+        else:
+            out.append((status[:1], fields[i + 1]))
+            i += 2
+    return out
+
+
+def _moves(git: GitRepo, commit: str, paths: set[str]) -> bool:
+    """Does `commit` rename, move or delete one of `paths`?"""
+    return any(s in ("R", "D") and p in paths for s, p in _changed(git, commit))
+
+
+def _commit(git: GitRepo, commit: str, files: list[tuple[str, bytes, list[tuple[int, bytes]]]],
+            row: PatchReport) -> Commit:
+    mine = {p for p, _h, _l in files} | {r.split(" -> ")[-1] for r in row.renamed}
+    changed = list(dict.fromkeys(p for _s, p in _changed(git, commit)))
+    return Commit(commit, _subject(git, commit), tuple(p for p in changed if p in mine) or tuple(changed))
+
+
+def _subject(git: GitRepo, commit: str) -> str:
+    return git.out("log", "-1", "--format=%s", commit)
+
+
+def _history(git: GitRepo, cache_repo: Path, urls: list[str], pin_commit: str, new: str, old: str) -> str:
+    """Fetch NEW (and OLD) with the history since the pin into the scratch repository; NEW's id.
+
+    The cache holds the pin at depth 1: its shallow file says so, and the pin is the only commit
+    offered as what we have (`--negotiation-tip`), so only the commits after it come."""
+    merge_shallow(cache_repo, git.path)
+    git.update_ref("refs/old", pin_commit)
+    errors = []
+    for url in urls:
+        try:
+            git.run("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60",
+                    "-c", "core.alternateRefsCommand=true", "fetch", "--quiet", "--no-tags",
+                    "--negotiation-tip=refs/old", url, f"+{new}:refs/canary/new",
+                    *([f"+{old}:refs/canary/old"] if old and old != pin_commit else []),
+                    env={"GIT_TERMINAL_PROMPT": "0"}, timeout=upstream.fetch_timeout())
+            return git.out("rev-parse", "refs/canary/new^{commit}")
+        except ProcessError as e:
+            errors.append(f"{url}: {(e.stderr.strip().splitlines() or [str(e)])[0]}")
+    with contextlib.suppress(ProcessError):
+        # a commit id the scratch repository already holds (the pin itself)
+        return git.out("rev-parse", f"{new}^{{commit}}")
+    raise SourceError(f"cannot fetch {new} from the pin's git source: " + "; ".join(errors))
+
+
+def max_tries(commits: int) -> int:
+    """The bound the bisection keeps per patch: 2*ceil(log2(commits)), at least 1."""
+    return max(1, 2 * math.ceil(math.log2(commits))) if commits > 1 else 1

@@ -9,7 +9,7 @@ from types import ModuleType
 
 NAMES = (
     "fetch", "apply", "refresh", "status", "rebase", "check", "build", "test", "slice", "verify",
-    "all", "pin", "export", "evidence", "wheel", "gc", "bump",
+    "all", "pin", "export", "evidence", "wheel", "gc", "bump", "toolchain",
 )
 
 

@@ -135,3 +135,19 @@ def test_the_projects_recipe_names_every_archive_and_its_apt_packages() -> None:
     assert "robin-map-dev" in recipe.upto("libobjc2").packages()
     base = recipe.archives[2]
     assert [f.file for f in base.fixes] == ["Source/NSKeyedUnarchiver.m"]
+
+
+def test_design_md_lists_the_recipes_archives_and_apt_packages() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    start, end = text.index(ot.DOC_BEGIN), text.index(ot.DOC_END) + len(ot.DOC_END)
+    assert text[start:end] == ot.markdown(ot.load_recipe()), "docs/design.md's toolchain table is stale"
+
+
+def test_the_missing_apt_packages_are_named_from_the_recipe(tmp_path: Path) -> None:
+    recipe = fake_recipe(tmp_path / "mirror")
+    needy = ot.Archive(**{**recipe.archives[0].__dict__, "needs": ("no-such-program-x", "no/such-header.h")})
+    recipe = ot.Recipe({"no-such-program-x": "pkg-x", "no/such-header.h": "pkg-h-dev"}, (needy,))
+    with pytest.raises(BuildError) as e:
+        ot.build(tmp_path / "cache", tmp_path / "mirror", recipe=recipe)
+    assert str(e.value) == ("building the Objective-C toolchain needs no-such-program-x, no/such-header.h: install "
+                            "the packages pkg-h-dev pkg-x (apt-get install -y pkg-h-dev pkg-x)")

@@ -278,3 +278,17 @@ def _keep_log(log: Path, final: Path) -> Path:
     if log.is_file():
         shutil.copyfile(log, kept)
     return kept
+
+
+DOC_BEGIN = "<!-- objc-toolchain: generated from builder/build/data/objc_toolchain.json; do not edit -->"
+DOC_END = "<!-- /objc-toolchain -->"
+
+
+def markdown(recipe: Recipe) -> str:
+    """docs/design.md's table of the toolchain's archives and the apt line (tests check it is current)."""
+    rows = ["| archive | version | upstream | sha256 | source fixes |", "| --- | --- | --- | --- | --- |"]
+    for a in recipe.archives:
+        fixes = "; ".join(f"`{f.file}`: `{f.old}` to `{f.new}` ({f.why})" for f in a.fixes) or "none"
+        rows.append(f"| `{a.file}` ({a.name}) | {a.version} | {a.url} | `{a.sha256}` | {fixes} |")
+    apt = " ".join(recipe.packages())
+    return "\n".join([DOC_BEGIN, *rows, "", f"Debian packages it needs: `apt-get install -y {apt}`", DOC_END])

@@ -345,6 +345,35 @@ def test_metal_check_lists_the_api_the_stand_in_lacks_before_compiling(tmp_path:
     assert metalcheck.compile_check(metal_tree(tmp_path / "quiet", quiet), tmp_path / "q" / "check.log").ok
 
 
+@needs_objc
+@pytest.mark.parametrize(("line", "says"), [
+    # a method of GNUstep's own NSString category: no such method on macOS
+    ('    NSString * trimmed = [@" x " stringByTrimmingSpaces]; (void) trimmed;', "stringByTrimmingSpaces"),
+    # a C function clang 14 only warns about (an implicit declaration): an error on Apple's clang
+    ("    int z = ggml_metal_x_undeclared(n); (void) z;", "ggml_metal_x_undeclared"),
+    # an int used as a pointer: an error on Apple's clang (-Wint-conversion)
+    ("    id<MTLBuffer> b = 5; (void) b;", "int"),
+])
+def test_what_fails_on_apples_toolchain_fails_the_check(tmp_path: Path, line: str, says: str) -> None:
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n" + line, 1)
+    assert text != CONTEXT_M
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.first_error is not None
+    assert (r.first_error.file, r.first_error.line) == ("ggml/src/ggml-metal/ggml-metal-x.m",
+                                                        text.splitlines().index(line) + 1)
+    assert says in r.first_error.message
+
+
+@needs_objc
+def test_a_gnustep_only_name_is_not_declared(tmp_path: Path) -> None:
+    # GNUstep's NSDebugLog (NSDebug.h, an extension): the tree cannot use it on macOS
+    line = '    NSDebugLog(@"x");'
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n" + line, 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.steps == 0 and r.first_error is not None
+    assert r.first_error.line == text.splitlines().index(line) + 1 and "NSDebugLog" in r.first_error.message
+
+
 def test_serialized_diagnostics_are_read_with_file_line_and_column(tmp_path: Path) -> None:
     clang = shutil.which("clang")
     if clang is None:

@@ -365,6 +365,23 @@ def test_what_fails_on_apples_toolchain_fails_the_check(tmp_path: Path, line: st
 
 
 @needs_objc
+def test_dispatch_objects_are_objective_c_objects_as_on_macos(tmp_path: Path) -> None:
+    # on macOS (OS_OBJECT_USE_OBJC) a queue takes retain and release and goes into an NSArray
+    ok = "    [d_queue retain]; [bufs addObject:d_queue]; [d_queue release]; id any = d_queue; (void) any;"
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];", 1).replace(
+        "    __block int done = 0;", ok + "\n    __block int done = 0;", 1)
+    assert text != CONTEXT_M
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert r.ok, r.first_error
+    # and, as on macOS, a message an NSObject does not answer is an error
+    line = "    [d_queue count];"
+    text = CONTEXT_M.replace("    __block int done = 0;", line + "\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "bad", text), tmp_path / "bad-check" / "check.log")
+    assert not r.ok and r.first_error is not None and r.first_error.line == text.splitlines().index(line) + 1
+    assert "count" in r.first_error.message
+
+
+@needs_objc
 def test_a_gnustep_only_name_is_not_declared(tmp_path: Path) -> None:
     # GNUstep's NSDebugLog (NSDebug.h, an extension): the tree cannot use it on macOS
     line = '    NSDebugLog(@"x");'

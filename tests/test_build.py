@@ -382,6 +382,22 @@ def test_dispatch_objects_are_objective_c_objects_as_on_macos(tmp_path: Path) ->
 
 
 @needs_objc
+def test_macos_15_api_outside_an_availability_check_fails_at_the_trees_deployment_target(tmp_path: Path) -> None:
+    use = ("id<MTLResidencySet> rs = [device newResidencySetWithDescriptor:[MTLResidencySetDescriptor new] "
+           "error:nil]; [queue addResidencySet:rs];")
+    line = "    " + use
+    text = CONTEXT_M.replace("    __block int done = 0;", line + "\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "bad", text), tmp_path / "bad-check" / "check.log")
+    assert not r.ok and r.first_error is not None and r.first_error.line == text.splitlines().index(line) + 1
+    assert "macOS 15.0" in r.first_error.message
+    # the tree's way: behind @available, it compiles
+    guarded = CONTEXT_M.replace("    __block int done = 0;", "    if (@available(macOS 15.0, *)) { " + use
+                                + " }\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "ok", guarded), tmp_path / "ok-check" / "check.log")
+    assert r.ok, r.first_error
+
+
+@needs_objc
 def test_a_gnustep_only_name_is_not_declared(tmp_path: Path) -> None:
     # GNUstep's NSDebugLog (NSDebug.h, an extension): the tree cannot use it on macOS
     line = '    NSDebugLog(@"x");'

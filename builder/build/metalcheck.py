@@ -38,6 +38,14 @@ GCC_OBJC_GLOB = "/usr/lib/gcc/*/*/include/objc/objc.h"
 # The Objective-C files are compiled once per CPU the tree tells apart (`#if TARGET_CPU_X86_64`),
 # so that every branch of theirs is compiled by one pass.
 OBJC_PASSES: tuple[tuple[str, tuple[str, ...]], ...] = (("arm64", ()), ("x86_64", ("-DPATCHSET_METAL_SDK_X86_64",)))
+# The Objective-C passes compile for macOS (clang's Darwin target, with the system's C headers), so that
+# Apple's availability attributes, which the stand-in carries on API newer than the tree's deployment
+# target, are checked: a use of macOS 15 API outside `@available(macOS 15.0, *)` fails as it does on
+# macOS. 13.3 is the deployment target of the tree's own release builds (.github/workflows/release.yml).
+DEPLOYMENT_TARGET = "13.3"
+# on Darwin clang predefines `__nonnull` (a nullability keyword); glibc's headers define their own
+DARWIN_FLAGS = ("-target", f"x86_64-apple-macos{DEPLOYMENT_TARGET}", "-U__nonnull",
+                "-Werror=unguarded-availability-new")
 # The tree is written for Apple's Objective-C runtime: object subscripting (`array[i]`) and literals
 # need a non-fragile one (with `-fobjc-runtime=gcc` clang reads `array[i]` as pointer arithmetic).
 # Warnings that Apple's clang (LLVM 16 and later: Xcode 15 on) reports as errors by default, and clang 14
@@ -151,7 +159,10 @@ def _objc_includes(tc: ObjcToolchain, work: Path) -> tuple[str, ...]:
     if not (link.is_symlink() and link.resolve() == tc.gcc_objc.resolve()):
         link.unlink(missing_ok=True)
         link.symlink_to(tc.gcc_objc, target_is_directory=True)
-    return (f"-I{SDK_DIR}", f"-I{tc.gnustep}", f"-I{shim}")
+    # the Darwin target does not search the system's C headers by itself
+    triple = tc.gcc_objc.parents[2].name  # /usr/lib/gcc/<triple>/<version>/include/objc
+    return (f"-I{SDK_DIR}", f"-I{tc.gnustep}", f"-I{shim}", *DARWIN_FLAGS, "-isystem", "/usr/include",
+            "-isystem", f"/usr/include/{triple}")
 
 
 def missing_names(files: Iterable[Path], declared: set[str], source: Path) -> list[MissingName]:

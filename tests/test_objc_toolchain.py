@@ -15,13 +15,13 @@ import pytest
 from builder.build import objc_toolchain as ot
 from builder.errors import BuildError, SourceError
 
-# installs {src}/lib.txt as {destdir}{prefix}/lib/<name>.txt, after checking the earlier archives' files
-# are at {stage} (as a later GNUstep build finds libobjc2's)
+# installs {src}/lib.txt as {prefix}/lib/<name>.txt, after checking the earlier archives' files are
+# at {prefix} (as GNUstep base's build finds libobjc2 and GNUstep make there)
 SCRIPT = """import os, sys, shutil
-src, destdir, prefix, stage, need = sys.argv[1:6]
-if need != "-": assert os.path.isfile(os.path.join(stage, "lib", need)), need
-os.makedirs(destdir + prefix + "/lib", exist_ok=True)
-shutil.copy(os.path.join(src, "lib.txt"), destdir + prefix + "/lib/" + os.path.basename(src) + ".txt")
+src, prefix, need = sys.argv[1:4]
+if need != "-": assert os.path.isfile(os.path.join(prefix, "lib", need)), need
+os.makedirs(prefix + "/lib", exist_ok=True)
+shutil.copy(os.path.join(src, "lib.txt"), prefix + "/lib/" + os.path.basename(src) + ".txt")
 if os.environ.get("FAKE_FAIL") == os.path.basename(src): sys.exit(3)
 """
 
@@ -44,7 +44,7 @@ def fake_recipe(mirror: Path, fail: str = "", fixes: tuple[ot.Fix, ...] = ()) ->
     for name in ("runtime", "foundation"):
         file, sha = make_archive(mirror, name, f"{name} 1\n")
         env = {"FAKE_FAIL": fail}
-        steps = ((sys.executable, "{src}/build.py", "{src}", "{destdir}", "{prefix}", "{stage}", need),)
+        steps = ((sys.executable, "{src}/build.py", "{src}", "{prefix}", need),)
         archives.append(ot.Archive(name, file, f"https://example.invalid/{file}", "1", sha, (), steps, env,
                                    fixes if name == "foundation" else (), provides=(f"lib/{name}.txt",)))
         need = "runtime.txt"
@@ -92,7 +92,7 @@ def test_a_half_built_toolchain_is_never_taken_as_built(tmp_path: Path, how: str
     with pytest.raises(BuildError, match="failed with exit code 3" if how == "fails" else "longer than 2s"):
         ot.build(tmp_path / "cache", mirror, recipe=recipe, timeout=2)
     final = ot.toolchain_dir(tmp_path / "cache", recipe)
-    assert not final.exists() and ot.find_built(tmp_path / "cache", recipe) is None
+    assert not final.exists() and not final.is_symlink() and ot.find_built(tmp_path / "cache", recipe) is None
     assert not list(final.parent.glob(".tmp-*"))
     assert (final.parent / f"{final.name}.failed.log").is_file()
 
@@ -109,12 +109,16 @@ def test_an_install_that_leaves_what_the_recipe_names_elsewhere_fails(tmp_path: 
 def test_a_killed_builds_leftovers_are_not_the_toolchain_and_are_cleaned(tmp_path: Path) -> None:
     recipe = fake_recipe(tmp_path / "mirror")
     final = ot.toolchain_dir(tmp_path / "cache", recipe)
-    # what a build killed after its install step leaves: the whole prefix, under its temporary folder
-    left = final.parent / f".tmp-{final.name}-999999999" / "root" / "usr"
-    left.mkdir(parents=True)
+    # what a build killed after its last install step leaves: the whole prefix in its temporary
+    # folder, the prefix's link pointing at it, no manifest
+    left = final.parent / f".tmp-{final.name}-999999999" / "prefix"
+    (left / "lib").mkdir(parents=True)
+    (left / "lib" / "foundation.txt").write_text("half\n")
+    final.symlink_to(left, target_is_directory=True)
     assert ot.find_built(tmp_path / "cache", recipe) is None
-    ot.build(tmp_path / "cache", tmp_path / "mirror", recipe=recipe)
-    assert not left.parent.parent.exists()
+    built = ot.build(tmp_path / "cache", tmp_path / "mirror", recipe=recipe)
+    assert not built.reused and not left.parent.exists()
+    assert (built.prefix / "lib" / "foundation.txt").read_text() == "foundation 1\n"
 
 
 def test_a_source_fix_is_applied_to_the_unpacked_source_and_checked(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ What is built, from which archive (URL, version, sha256), with which source fixe
 is data: `builder/build/data/objc_toolchain.json`. The archives are taken from a mirror folder
 (`--mirror`, CI: `../shared/third_party`) and checked against their sha256 before anything is
 unpacked. The toolchain lies in `<cache>/toolchains/objc-<key>`, the key a hash of the archives'
-sha256 and the recipe; it is built under a temporary folder of the cache (installed with DESTDIR
-below it) and renamed into place only once every step has passed, so a killed build is never taken
-as built, and a second run finds the folder and reuses it.
+sha256 and the recipe; it is built in a temporary folder of the cache and renamed into place only
+once every step has passed (`build`), so a killed build is never taken as built, and a second run
+finds it and reuses it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from builder import proc
 from builder.build.toolchain import find_tool
 from builder.errors import BuildError, InputError, SourceError
 from builder.fsutil import atomic_write_text, sha256_file
+from builder.locking import hold
 from builder.progress import NullProgress, ProgressSink
 
 RECIPE_FILE = Path(__file__).parent / "data" / "objc_toolchain.json"
@@ -186,24 +187,29 @@ def _fill(text: str, values: dict[str, str]) -> str:
 
 
 def _clean_stale(tc_root: Path, name: str) -> None:
-    """Remove the temporary folders of builds of `name` whose process is gone (killed)."""
+    """Remove what killed builds of `name` left (their temporary folders: no lock holder is running one)."""
     for d in tc_root.glob(f".tmp-{name}-*"):
-        try:
-            pid = int(d.name.rsplit("-", 1)[1])
-            os.kill(pid, 0)
-            alive = pid != os.getpid()
-        except (ValueError, ProcessLookupError):
-            alive = False
-        except PermissionError:
-            alive = True
-        if not alive:
-            shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _point(link: Path, target: Path) -> None:
+    """Make `link` a symbolic link to `target`, atomically (a new link renamed over the old one)."""
+    tmp = link.with_name(f".{link.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.name if target.parent == link.parent else target, target_is_directory=True)
+    tmp.replace(link)
 
 
 def build(cache_dir: Path, mirror: Path, *, recipe: Recipe | None = None, timeout: float = DEFAULT_TIMEOUT_S,
           jobs: int = 2, progress: ProgressSink | None = None) -> Built:
     """The toolchain's prefix in the cache: reused when built, else built from the mirror's archives
-    within `timeout` seconds (all steps together) and renamed into place."""
+    within `timeout` seconds (all steps together).
+
+    The prefix the programs are built for (GNUstep bakes it into its makefiles and tools) is the
+    path `<cache>/toolchains/objc-<key>`, a symbolic link. While a build runs it points to that
+    build's temporary folder, which holds no manifest, so nothing takes it as built; once every step
+    has passed, the manifest is written and the finished folder is renamed to `objc-<key>.tree`,
+    and the link pointed at it (both renames)."""
     start = time.monotonic()
     recipe = recipe or load_recipe()
     final = toolchain_dir(cache_dir, recipe)
@@ -214,15 +220,24 @@ def build(cache_dir: Path, mirror: Path, *, recipe: Recipe | None = None, timeou
     if missing:
         raise BuildError(f"building the Objective-C toolchain needs {', '.join(missing)}: install the packages "
                          f"{' '.join(recipe.packages())} (apt-get install -y {' '.join(recipe.packages())})")
-    progress = progress or NullProgress()
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
+    with hold(root / f"{final.name}.lock", timeout, purpose="toolchain objc", what=f"the toolchain {final.name}"):
+        if (final / MANIFEST).is_file():  # another process built it while we waited
+            return Built(final, True, time.monotonic() - start, None)
+        return _build_locked(final, files, recipe, start, timeout, jobs, progress or NullProgress())
+
+
+def _build_locked(final: Path, files: dict[str, Path], recipe: Recipe, start: float, timeout: float, jobs: int,
+                  progress: ProgressSink) -> Built:
+    root = final.parent
     _clean_stale(root, final.name)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    destdir = tmp / "root"
-    stage = Path(str(destdir) + str(final.resolve() if final.exists() else final.absolute()))
+    stage = tmp / "prefix"
     stage.mkdir(parents=True)
+    if final.exists() and not final.is_symlink():
+        raise BuildError(f"{final}: not a toolchain this version of patchset made (remove it)")
+    _point(final, stage)
     log = tmp / "build.log"
     deadline = start + timeout
     tools = {"cmake": find_tool("cmake").path, "ninja": find_tool("ninja").path}
@@ -235,8 +250,8 @@ def build(cache_dir: Path, mirror: Path, *, recipe: Recipe | None = None, timeou
             apply_fixes(a, src)
             bld = src if a.in_source else tmp / "build" / a.name
             bld.mkdir(parents=True, exist_ok=True)
-            values = {"src": str(src), "build": str(bld), "prefix": str(final.absolute()), "stage": str(stage),
-                      "destdir": str(destdir), "jobs": str(max(1, jobs)), **tools}
+            values = {"src": str(src), "build": str(bld), "prefix": str(final.absolute()), "jobs": str(max(1, jobs)),
+                      **tools}
             env = proc.clean_env({k: _fill(v, {**values, "PATH": os.environ.get("PATH", "")})
                                   for k, v in a.env.items()})
             for i, step in enumerate(a.steps, 1):
@@ -255,19 +270,20 @@ def build(cache_dir: Path, mirror: Path, *, recipe: Recipe | None = None, timeou
             if lacking:
                 raise BuildError(f"{a.name}: its install left no {', '.join(lacking)} in the prefix; "
                                  f"log: {_keep_log(log, final)}")
+        shutil.copyfile(log, stage / "build.log")
         atomic_write_text(stage / MANIFEST, json.dumps(
             {"key": cache_key(recipe), "archives": [
                 {"name": a.name, "version": a.version, "url": a.url, "sha256": a.sha256,
                  "fixes": [{"file": f.file, "why": f.why} for f in a.fixes]} for a in recipe.archives]},
             indent=2) + "\n")
-        shutil.copyfile(log, stage / "build.log")
-        try:
-            stage.rename(final)
-        except OSError:
-            if not (final / MANIFEST).is_file():  # another run finished first: theirs is as good
-                raise
+        tree = root / f"{final.name}.tree"
+        shutil.rmtree(tree, ignore_errors=True)
+        stage.rename(tree)
+        _point(final, tree)
     finally:
         progress.end()
+        if not (final / MANIFEST).is_file():
+            final.unlink(missing_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return Built(final, False, time.monotonic() - start, final / "build.log")
 

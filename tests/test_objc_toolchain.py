@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.build import objc_toolchain as ot
+from builder.cli import main
 from builder.errors import BuildError, SourceError
 
 # installs {src}/lib.txt as {prefix}/lib/<name>.txt, after checking the earlier archives' files are
@@ -155,3 +156,18 @@ def test_the_missing_apt_packages_are_named_from_the_recipe(tmp_path: Path) -> N
         ot.build(tmp_path / "cache", tmp_path / "mirror", recipe=recipe)
     assert str(e.value) == ("building the Objective-C toolchain needs no-such-program-x, no/such-header.h: install "
                             "the packages pkg-h-dev pkg-x (apt-get install -y pkg-h-dev pkg-x)")
+
+
+def test_the_command_refuses_a_mirror_with_a_wrong_archive_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "proj"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "series").write_text("")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "libobjc2-ecef7f1.tar.gz").write_bytes(b"something else")
+    monkeypatch.setenv("PATCHSET_CACHE", str(tmp_path / "cache"))
+    assert main(["--project", str(root), "toolchain", "objc", "--mirror", str(mirror), "--only", "libobjc2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "libobjc2-ecef7f1.tar.gz: sha256" in err and "refused" in err
+    assert not (tmp_path / "cache" / "toolchains").exists() or not any((tmp_path / "cache" / "toolchains").iterdir())

@@ -139,7 +139,7 @@ def test_the_projects_recipe_names_every_archive_and_its_apt_packages() -> None:
     assert all(len(a.sha256) == 64 and a.url.startswith("https://") for a in recipe.archives)
     assert "robin-map-dev" in recipe.upto("libobjc2").packages()
     base = recipe.archives[2]
-    assert [f.file for f in base.fixes] == ["Source/NSKeyedUnarchiver.m"]
+    assert [f.file for f in base.fixes] == ["Source/NSKeyedUnarchiver.m", "Source/NSNotificationCenter.m"]
 
 
 def test_design_md_lists_the_recipes_archives_and_apt_packages() -> None:

@@ -345,6 +345,68 @@ def test_metal_check_lists_the_api_the_stand_in_lacks_before_compiling(tmp_path:
     assert metalcheck.compile_check(metal_tree(tmp_path / "quiet", quiet), tmp_path / "q" / "check.log").ok
 
 
+@needs_objc
+@pytest.mark.parametrize(("line", "says"), [
+    # a method of GNUstep's own NSString category: no such method on macOS
+    ('    NSString * trimmed = [@" x " stringByTrimmingSpaces]; (void) trimmed;', "stringByTrimmingSpaces"),
+    # a C function clang 14 only warns about (an implicit declaration): an error on Apple's clang
+    ("    int z = ggml_metal_x_undeclared(n); (void) z;", "ggml_metal_x_undeclared"),
+    # an int used as a pointer: an error on Apple's clang (-Wint-conversion)
+    ("    id<MTLBuffer> b = 5; (void) b;", "int"),
+])
+def test_what_fails_on_apples_toolchain_fails_the_check(tmp_path: Path, line: str, says: str) -> None:
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n" + line, 1)
+    assert text != CONTEXT_M
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.first_error is not None
+    assert (r.first_error.file, r.first_error.line) == ("ggml/src/ggml-metal/ggml-metal-x.m",
+                                                        text.splitlines().index(line) + 1)
+    assert says in r.first_error.message
+
+
+@needs_objc
+def test_dispatch_objects_are_objective_c_objects_as_on_macos(tmp_path: Path) -> None:
+    # on macOS (OS_OBJECT_USE_OBJC) a queue takes retain and release and goes into an NSArray
+    ok = "    [d_queue retain]; [bufs addObject:d_queue]; [d_queue release]; id any = d_queue; (void) any;"
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];", 1).replace(
+        "    __block int done = 0;", ok + "\n    __block int done = 0;", 1)
+    assert text != CONTEXT_M
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert r.ok, r.first_error
+    # and, as on macOS, a message an NSObject does not answer is an error
+    line = "    [d_queue count];"
+    text = CONTEXT_M.replace("    __block int done = 0;", line + "\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "bad", text), tmp_path / "bad-check" / "check.log")
+    assert not r.ok and r.first_error is not None and r.first_error.line == text.splitlines().index(line) + 1
+    assert "count" in r.first_error.message
+
+
+@needs_objc
+def test_macos_15_api_outside_an_availability_check_fails_at_the_trees_deployment_target(tmp_path: Path) -> None:
+    use = ("id<MTLResidencySet> rs = [device newResidencySetWithDescriptor:[MTLResidencySetDescriptor new] "
+           "error:nil]; [queue addResidencySet:rs];")
+    line = "    " + use
+    text = CONTEXT_M.replace("    __block int done = 0;", line + "\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "bad", text), tmp_path / "bad-check" / "check.log")
+    assert not r.ok and r.first_error is not None and r.first_error.line == text.splitlines().index(line) + 1
+    assert "macOS 15.0" in r.first_error.message
+    # the tree's way: behind @available, it compiles
+    guarded = CONTEXT_M.replace("    __block int done = 0;", "    if (@available(macOS 15.0, *)) { " + use
+                                + " }\n    __block int done = 0;", 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "ok", guarded), tmp_path / "ok-check" / "check.log")
+    assert r.ok, r.first_error
+
+
+@needs_objc
+def test_a_gnustep_only_name_is_not_declared(tmp_path: Path) -> None:
+    # GNUstep's NSDebugLog (NSDebug.h, an extension): the tree cannot use it on macOS
+    line = '    NSDebugLog(@"x");'
+    text = CONTEXT_M.replace("    [cb commit];", "    [cb commit];\n" + line, 1)
+    r = metalcheck.compile_check(metal_tree(tmp_path / "tree", text), tmp_path / "check" / "check.log")
+    assert not r.ok and r.steps == 0 and r.first_error is not None
+    assert r.first_error.line == text.splitlines().index(line) + 1 and "NSDebugLog" in r.first_error.message
+
+
 def test_serialized_diagnostics_are_read_with_file_line_and_column(tmp_path: Path) -> None:
     clang = shutil.which("clang")
     if clang is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_verify import GGML_CMAKE, commit_files, init_upstream, write_project
 
+from builder.build import testrun
 from builder.deliver import evidence_facts
 from builder.project import load_project
 from builder.prove import cases
@@ -232,8 +233,6 @@ def test_a_run_stopped_inside_a_group_named_at_its_end_is_matched_to_that_group(
     that crashed in the adamw group prints those cases without the name. They are the after run's
     adamw cases: the ones that fail before and pass after are the proof (on the H200, patch 3's proof
     was lost this way: every before case read as absent after)."""
-    from builder.build import testrun
-
     pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
     first = pin.index("  Backend CPU adamw:")
     case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"

@@ -38,12 +38,28 @@ GCC_OBJC_GLOB = "/usr/lib/gcc/*/*/include/objc/objc.h"
 # The Objective-C files are compiled once per CPU the tree tells apart (`#if TARGET_CPU_X86_64`),
 # so that every branch of theirs is compiled by one pass.
 OBJC_PASSES: tuple[tuple[str, tuple[str, ...]], ...] = (("arm64", ()), ("x86_64", ("-DPATCHSET_METAL_SDK_X86_64",)))
+# The Objective-C passes compile for macOS (clang's Darwin target, with the system's C headers), so that
+# Apple's availability attributes, which the stand-in carries on API newer than the tree's deployment
+# target, are checked: a use of macOS 15 API outside `@available(macOS 15.0, *)` fails as it does on
+# macOS. 13.3 is the deployment target of the tree's own release builds (.github/workflows/release.yml).
+DEPLOYMENT_TARGET = "13.3"
+# on Darwin clang predefines `__nonnull` (a nullability keyword); glibc's headers define their own
+DARWIN_FLAGS = ("-target", f"x86_64-apple-macos{DEPLOYMENT_TARGET}", "-U__nonnull",
+                "-Werror=unguarded-availability-new")
 # The tree is written for Apple's Objective-C runtime: object subscripting (`array[i]`) and literals
 # need a non-fragile one (with `-fobjc-runtime=gcc` clang reads `array[i]` as pointer arithmetic).
+# Warnings that Apple's clang (LLVM 16 and later: Xcode 15 on) reports as errors by default, and clang 14
+# only warns about: an undeclared function, an implicit int, an int used as a pointer, a function pointer
+# of another type.
+APPLE_ERRORS = ("-Werror=implicit-function-declaration", "-Werror=implicit-int", "-Werror=int-conversion",
+                "-Werror=incompatible-function-pointer-types")
 OBJC_FLAGS = ("-x", "objective-c", "-std=gnu11", "-fblocks", "-fobjc-runtime=macosx-14.0",
+              # GNUstep's own extensions (categories such as NSString+GNUstepBase) hidden: a method only
+              # GNUstep has must fail here as it fails on macOS
+              "-DNO_GNUSTEP=1",
               # a selector the stand-in lacks is an error, not a guessed `id` return
-              "-Werror=objc-method-access")
-CXX_FLAGS = ("-x", "c++", "-std=c++17")
+              "-Werror=objc-method-access", *APPLE_ERRORS)
+CXX_FLAGS = ("-x", "c++", "-std=c++17", "-Werror=incompatible-function-pointer-types")
 
 # Apple API names: Metal, MetalPerformancePrimitives, Foundation, dispatch, os_log, Mach, QoS
 API_NAME = re.compile(r"\b(?:MTL\w+|MPP\w+|NS[A-Z]\w*|dispatch_\w+|DISPATCH_\w+|os_log\w*|OS_LOG\w*|"
@@ -107,17 +123,46 @@ def code_of(text: str) -> str:
     return _NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-def _declared_in(headers: Iterable[Path]) -> set[str]:
+DECLARING_HEADERS = ("Foundation/Foundation.h", "Metal/Metal.h", "dispatch/dispatch.h", "mach/mach.h",
+                     "sys/qos.h", "patchset/foundation_extras.h")
+"""What a host source of the tree may import: the names they declare are the names it may use."""
+
+
+def declared_names(tc: ObjcToolchain, work: Path) -> set[str]:
+    """Every identifier the stand-in's, GNUstep's and gcc's objc headers declare as the Objective-C
+    passes see them (`-DNO_GNUSTEP=1`: GNUstep's own extensions are not declared, as on macOS): the
+    identifiers of the preprocessed headers, and the names of the macros they define."""
+    tu = work / "declared.m"
+    # every Foundation header GNUstep has, not only those its umbrella imports (Apple's imports more)
+    foundation = sorted(f"Foundation/{h.name}" for h in (tc.gnustep / "Foundation").glob("*.h"))
+    atomic_write_text(tu, "".join(f"#import <{h}>\n" for h in (*DECLARING_HEADERS, *foundation)))
+    argv = (tc.clang, *OBJC_FLAGS, *_objc_includes(tc, work), "-E", "-P", str(tu))
     names: set[str] = set()
-    for h in headers:
-        names.update(_WORD.findall(code_of(h.read_text(errors="replace"))))
+    for extra in ((), ("-dM",)):
+        r = proc.run([*argv, *extra], check=False, timeout=300)
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or [""])[-1]
+            raise BuildError(f"clang could not preprocess the Metal SDK stand-in and GNUstep's headers "
+                             f"(exit {r.returncode}): {tail}")
+        text = r.stdout if not extra else "\n".join(
+            ln.split()[1].split("(")[0] for ln in r.stdout.splitlines() if ln.startswith("#define "))
+        names.update(_WORD.findall(code_of(text)))
     return names
 
 
-def declared_names(tc: ObjcToolchain) -> set[str]:
-    """Every identifier in the code (not the comments) of the stand-in's, GNUstep's and gcc's objc headers."""
-    roots = [SDK_DIR, tc.gnustep / "Foundation", tc.gnustep / "GNUstepBase", tc.gcc_objc]
-    return _declared_in(p for r in roots if r.is_dir() for p in r.rglob("*.h"))
+def _objc_includes(tc: ObjcToolchain, work: Path) -> tuple[str, ...]:
+    """The include flags of the Objective-C passes: the stand-in, GNUstep, and gcc's objc/ alone (its
+    whole include folder would also put gcc's <stdatomic.h> before clang's)."""
+    shim = work / "gcc-objc"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "objc"
+    if not (link.is_symlink() and link.resolve() == tc.gcc_objc.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(tc.gcc_objc, target_is_directory=True)
+    # the Darwin target does not search the system's C headers by itself
+    triple = tc.gcc_objc.parents[2].name  # /usr/lib/gcc/<triple>/<version>/include/objc
+    return (f"-I{SDK_DIR}", f"-I{tc.gnustep}", f"-I{shim}", *DARWIN_FLAGS, "-isystem", "/usr/include",
+            "-isystem", f"/usr/include/{triple}")
 
 
 def missing_names(files: Iterable[Path], declared: set[str], source: Path) -> list[MissingName]:
@@ -158,16 +203,9 @@ class _Compile:
 
 def _plan(source: Path, tc: ObjcToolchain, programs: Iterable[str], work: Path) -> list[_Compile]:
     metal = source / "ggml" / "src" / "ggml-metal"
-    # gcc's objc/ alone: its whole include folder would also put gcc's <stdatomic.h> before clang's
-    shim = work / "gcc-objc"
-    shim.mkdir(parents=True, exist_ok=True)
-    link = shim / "objc"
-    if not (link.is_symlink() and link.resolve() == tc.gcc_objc.resolve()):
-        link.unlink(missing_ok=True)
-        link.symlink_to(tc.gcc_objc, target_is_directory=True)
     common = ("-fsyntax-only", "-fno-color-diagnostics", f"-I{source / 'ggml/include'}", f"-I{source / 'ggml/src'}",
               f"-I{metal}")
-    objc_inc = (f"-I{SDK_DIR}", f"-I{tc.gnustep}", f"-I{shim}")
+    objc_inc = _objc_includes(tc, work)
     clangxx = tc.clang + "++" if shutil.which(tc.clang + "++") else tc.clang
     plan: list[_Compile] = []
     for f in host_sources(source):
@@ -204,7 +242,7 @@ def compile_check(source: Path, log: Path, programs: Iterable[str] = (), jobs: i
     programs = tuple(programs)
     checked_files = [*sources, *(source / "tests" / f"{p}.cpp" for p in programs
                                  if (source / "tests" / f"{p}.cpp").is_file())]
-    missing = missing_names(checked_files, declared_names(tc), source)
+    missing = missing_names(checked_files, declared_names(tc, work), source)
     if missing:
         listing = "".join(f"{m}: not declared by the Metal SDK stand-in (builder/metal_sdk) nor GNUstep\n"
                        for m in missing)

@@ -15,6 +15,10 @@
 #include <unistd.h>
 #import <patchset/foundation_extras.h>
 
+/* Availability.h's API_AVAILABLE(macos(15.0)): the check compiles for macOS at the tree's deployment
+   target with -Werror=unguarded-availability-new, so a use outside @available fails as on macOS */
+#define PATCHSET_MACOS(version) __attribute__((availability(macos, introduced = version)))
+
 #ifndef NS_ENUM
 #define NS_ENUM(type, name) enum name : type name; enum name : type
 #endif
@@ -81,6 +85,7 @@ typedef NS_OPTIONS(NSUInteger, MTLResourceOptions) {
 };
 
 /* MTLAllocation.h (macOS 15) */
+PATCHSET_MACOS(15.0)
 @protocol MTLAllocation <NSObject>
 @property (readonly) NSUInteger allocatedSize;
 @end
@@ -234,11 +239,13 @@ typedef NS_ENUM(NSUInteger, MTLDispatchType) {
 @end
 
 /* MTLResidencySet.h (macOS 15) */
+PATCHSET_MACOS(15.0)
 @interface MTLResidencySetDescriptor : NSObject <NSCopying>
 @property (copy, atomic) NSString * label;
 @property (readwrite) NSUInteger initialCapacity;
 @end
 
+PATCHSET_MACOS(15.0)
 @protocol MTLResidencySet <NSObject>
 @property (readonly) id<MTLDevice> device;
 @property (readonly) NSString * label;
@@ -285,7 +292,7 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (void)encodeSignalEvent:(id<MTLEvent>)event value:(uint64_t)value;
 - (void)pushDebugGroup:(NSString *)string;
 - (void)popDebugGroup;
-- (void)useResidencySet:(id<MTLResidencySet>)residencySet;
+- (void)useResidencySet:(id<MTLResidencySet>)residencySet PATCHSET_MACOS(15.0);
 @end
 
 /* MTLCommandQueue.h */
@@ -294,8 +301,8 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 @property (readonly) id<MTLDevice> device;
 - (id<MTLCommandBuffer>)commandBuffer;
 - (id<MTLCommandBuffer>)commandBufferWithUnretainedReferences;
-- (void)addResidencySet:(id<MTLResidencySet>)residencySet;
-- (void)removeResidencySet:(id<MTLResidencySet>)residencySet;
+- (void)addResidencySet:(id<MTLResidencySet>)residencySet PATCHSET_MACOS(15.0);
+- (void)removeResidencySet:(id<MTLResidencySet>)residencySet PATCHSET_MACOS(15.0);
 @end
 
 /* MTLDevice.h */
@@ -353,7 +360,8 @@ typedef NS_ENUM(NSUInteger, MTLDeviceLocation) {
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)computeFunction
                                                              error:(NSError **)error;
 - (id<MTLSharedEvent>)newSharedEvent;
-- (id<MTLResidencySet>)newResidencySetWithDescriptor:(MTLResidencySetDescriptor *)desc error:(NSError **)error;
+- (id<MTLResidencySet>)newResidencySetWithDescriptor:(MTLResidencySetDescriptor *)desc error:(NSError **)error
+    PATCHSET_MACOS(15.0);
 @end
 
 #ifdef __cplusplus

@@ -1,7 +1,9 @@
 /* patchset Metal SDK stand-in: the part of libdispatch (Grand Central Dispatch) the tree uses.
    Signatures: Apple's dispatch/{queue,group,semaphore,time,object}.h, the same in the open-source
-   swift-corelibs-libdispatch. Objects are plain C pointers here, as libdispatch declares them
-   when OS_OBJECT_USE_OBJC is 0 (so dispatch_release takes any of them). */
+   swift-corelibs-libdispatch. In Objective-C the objects are Objective-C objects, as Apple's
+   os/object.h declares them when OS_OBJECT_USE_OBJC is 1 (macOS's default): `NSObject<OS_dispatch_queue>
+   *` and so on, so messages to them (`retain`, `release`) and their use as `id` compile as on macOS;
+   in C and C++ they are plain C pointers, as libdispatch declares them without Objective-C. */
 #ifndef PATCHSET_DISPATCH_H
 #define PATCHSET_DISPATCH_H
 
@@ -10,11 +12,28 @@
 #include <stdbool.h>
 #include <unistd.h> /* Apple's dispatch.h includes it */
 #include <sys/qos.h>
+#if defined(__OBJC__)
+#import <Foundation/NSObject.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#if defined(__OBJC__)
+/* os/object.h: OS_OBJECT_DECL_CLASS, OS_OBJECT_DECL_SUBCLASS */
+@protocol OS_dispatch_object <NSObject>
+@end
+typedef NSObject<OS_dispatch_object> * dispatch_object_t;
+#define PATCHSET_DISPATCH_DECL(name) \
+    @protocol OS_##name <OS_dispatch_object> \
+    @end \
+    typedef NSObject<OS_##name> * name##_t
+PATCHSET_DISPATCH_DECL(dispatch_queue);
+PATCHSET_DISPATCH_DECL(dispatch_queue_attr);
+PATCHSET_DISPATCH_DECL(dispatch_group);
+PATCHSET_DISPATCH_DECL(dispatch_semaphore);
+#else
 typedef struct dispatch_queue_s * dispatch_queue_t;
 typedef struct dispatch_queue_attr_s * dispatch_queue_attr_t;
 typedef struct dispatch_group_s * dispatch_group_t;
@@ -26,6 +45,7 @@ typedef union {
     struct dispatch_group_s * _dg;
     struct dispatch_semaphore_s * _dsema;
 } dispatch_object_t __attribute__((__transparent_union__));
+#endif
 
 typedef uint64_t dispatch_time_t;
 typedef long dispatch_queue_priority_t;
@@ -38,7 +58,7 @@ typedef void (^dispatch_block_t)(void);
 
 #define DISPATCH_QUEUE_SERIAL ((dispatch_queue_attr_t) 0)
 extern struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent;
-#define DISPATCH_QUEUE_CONCURRENT (&_dispatch_queue_attr_concurrent)
+#define DISPATCH_QUEUE_CONCURRENT ((dispatch_queue_attr_t) (void *) &_dispatch_queue_attr_concurrent)
 
 #define DISPATCH_QUEUE_PRIORITY_HIGH 2
 #define DISPATCH_QUEUE_PRIORITY_DEFAULT 0

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")
     p.add_argument("--junit", type=Path, help="write the test results as JUnit XML")
     p.add_argument("--json", type=Path, help="write the run as JSON: each phase with its seconds, reuse and ccache "
-                   "counters, the verdicts and the test results (schema: docs/design.md, `patchset all --json`)")
+                   "counters, the verdicts and the test results (schema: docs/all.md)")
     add_timeout(p)
 
 

@@ -1,7 +1,8 @@
 """Where the time of `patchset all` went: each phase with its seconds, whether it was reused, and
 what the compiler cache did in it (ccache's machine-readable counters, read before and after).
 
-The document `all --json` writes is `AllReport.to_json()`; docs/design.md describes its schema.
+The document `all --json` writes is `AllReport.to_json()`; docs/all.md describes its schema (a test
+checks the keys).
 """
 
 from __future__ import annotations

@@ -204,15 +204,20 @@ def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, cap
     assert [p["program"] for p in data["tests"]["programs"]] == ["test-opt", "test-backend-ops", "test-sub",
                                                                   "test-add"]
     assert "where the time went" in out and "total " in out
-    # again with nothing changed: everything but the tests (which run again) reused, and said so
+    # again with nothing changed: everything reused, the tests' passing results included, and said so
     mini.cli("all", "-j", "2", "--json", str(js))
     out = capsys.readouterr().out
     data = json.loads(js.read_text())
     reused = {p["name"] + (p["patch"] or ""): p["reused"] for p in data["phases"]}
-    assert reused == {"fetch": True, "apply": True, "build": True, "test": False,
+    assert reused == {"fetch": True, "apply": True, "build": True, "test": True,
                       "verify0001-calc-sub-subtracts.patch": True, "verify0002-calc-document-the-header.patch": True}
-    assert data["reused"] == {"phases": 5, "of": 6, "evidence": 2}
-    assert "reused 5 of 6 phase(s), evidence reused for 2 of 2 verdict(s)" in out
+    assert data["reused"] == {"phases": 6, "of": 6, "evidence": 2}
+    assert "reused 6 of 6 phase(s), evidence reused for 2 of 2 verdict(s)" in out
+    assert "passed on it (tree" in out and data["tests"]["programs"]
+    # --junit needs a run of the tests: they run again
+    mini.cli("all", "-j", "2", "--json", str(js), "--junit", str(tmp_path / "j.xml"))
+    capsys.readouterr()
+    assert [p["reused"] for p in json.loads(js.read_text())["phases"] if p["name"] == "test"] == [False]
 
 
 def test_all_lists_each_evidence_file_once(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:

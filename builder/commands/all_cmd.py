@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from builder import proc
+from builder.build import cmakebuild as buildmod
 from builder.build.cmakebuild import PROFILES
 from builder.build.reports import report_dict, write_junit
 from builder.build.toolchain import CcacheStats
@@ -20,8 +21,8 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
-from builder.orchestrate.phases import AllReport, Phase, PhaseClock
-from builder.pipeline import ensure_patched, run_build, run_tests
+from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
+from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
 from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, stand_in, verify
 from builder.series.model import load_series
@@ -81,14 +82,32 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         console.print("metal: compile check only; tests and verify need a Mac: not run here")
         return Outcome.OK
     console.rule("test")
+    bdir = build_dir(project, args.backend, "minimal")
+    built = buildmod.built_from(bdir)
+    key = tests_key(args.backend, bdir / "bin", built.commit if built else "", built.tree if built else "",
+                    declared_tests(load_series(project.patches_dir), args.backend), args.timeout)
+    record = project.state_dir / "test" / f"all-{args.backend}.json"
+    # the tests of a build nothing changed, which passed last time, are not run again (--junit needs a run)
+    earlier = reusable_tests(record, key) if b.noop and built and not args.junit else None
     with clock.phase("test") as ph:
-        report = run_tests(project, args.backend, timeout=args.timeout)
-        ph["detail"] = f"{len(report.programs)} program(s) run" + (", failed" if report.failed else "")
-    print_report(report)
-    out["tests"] = report_dict(report)
-    if args.junit:
-        write_junit(report, args.junit)
-    tested = test_outcome(report)
+        if earlier is not None:
+            ph["reused"] = True
+            ph["detail"] = f"{len(earlier['programs'])} program(s) passed on this build before"
+            out["tests"] = earlier
+            tested = Outcome.OK
+        else:
+            report = run_tests(project, args.backend, timeout=args.timeout)
+            ph["detail"] = f"{len(report.programs)} program(s) run" + (", failed" if report.failed else "")
+    if earlier is not None:
+        console.print(f"tests: the build is unchanged and its {len(earlier['programs'])} test program(s) passed on "
+                      f"it (tree {key['tree'][:12]}): reused, not run again", highlight=False)
+    else:
+        print_report(report)
+        out["tests"] = report_dict(report)
+        record_tests(record, key, out["tests"])
+        if args.junit:
+            write_junit(report, args.junit)
+        tested = test_outcome(report)
     if args.no_verify:
         return tested
     console.rule("verify")

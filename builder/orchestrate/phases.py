@@ -7,12 +7,15 @@ checks the keys).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from builder.build.toolchain import CcacheStats, ccache_stats, find_ccache
+from builder.fsutil import atomic_write_text
 
 SCHEMA = "patchset-all/1"
 
@@ -108,3 +111,33 @@ class AllReport:
 
 def _cache_json(cache: CcacheStats | None) -> dict | None:
     return None if cache is None else {"hits": cache.hits, "misses": cache.misses}
+
+
+def tests_key(backend: str, bin_dir: Path, commit: str, tree: str, declared: list[tuple[str, tuple[str, ...]]],
+              timeout: float | None) -> dict:
+    """What the tests' results of `all` depend on: the tree built, the programs as built (name, size,
+    modification time), the tests the series declares and the time limit."""
+    programs = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in bin_dir.iterdir() if f.is_file()) \
+        if bin_dir.is_dir() else []
+    return {"backend": backend, "commit": commit, "tree": tree, "programs": [list(p) for p in programs],
+            "declared": [[prog, list(args)] for prog, args in declared], "timeout": timeout}
+
+
+def reusable_tests(record: Path, key: dict) -> dict | None:
+    """The test results an earlier `all` recorded for exactly `key`, when they passed; else None (a
+    failed or missing record: the tests run again)."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    tests = data.get("tests")
+    if not isinstance(tests, dict) or tests.get("failed") or tests.get("nothing_checked"):
+        return None
+    return tests
+
+
+def record_tests(record: Path, key: dict, tests: dict) -> None:
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, json.dumps({"key": key, "tests": tests}, indent=1) + "\n")

@@ -60,10 +60,10 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
 
 def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dict) -> Outcome:
     console.rule("fetch and apply")
-    with clock.phase("fetch") as ph:
+    with clock.phase("fetch", compiles=False) as ph:
         fetched = fetch(project.cache_dir, load_pin(project.pin_file), CliProgress())
         ph["reused"], ph["detail"] = fetched.cached, ("in the cache" if fetched.cached else f"from {fetched.source}")
-    with clock.phase("apply") as ph, project_lock(project.lock_file, purpose="apply"):
+    with clock.phase("apply", compiles=False) as ph, project_lock(project.lock_file, purpose="apply"):
         _, applied = ensure_patched(project, CliProgress())
         ph["reused"] = applied is None or applied.noop
         ph["detail"] = "the work tree holds this series" if ph["reused"] else \
@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
     record = project.state_dir / "test" / f"all-{args.backend}.json"
     # the tests of a build nothing changed, which passed last time, are not run again (--junit needs a run)
     earlier = reusable_tests(record, key) if b.noop and built and not args.junit else None
-    with clock.phase("test") as ph:
+    with clock.phase("test", compiles=bool(buildmod.profile(args.backend).harness)) as ph:
         if earlier is not None:
             ph["reused"] = True
             ph["detail"] = f"{len(earlier['programs'])} program(s) passed on this build before"

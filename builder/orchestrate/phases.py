@@ -57,9 +57,10 @@ class PhaseClock:
         return ccache_stats(self.ccache) if self.ccache else None
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[dict]:
-        """Times the block; the block fills `reused` and `detail` (and may give `ccache` itself)."""
-        before = self.stats()
+    def phase(self, name: str, *, compiles: bool = True) -> Iterator[dict]:
+        """Times the block; the block fills `reused` and `detail` (and may give `ccache` itself).
+        `compiles=False`: a phase that runs no compiler (its ccache counters are not read)."""
+        before = self.stats() if compiles else None
         start = time.perf_counter()
         info: dict = {"reused": False, "detail": ""}
         try:

@@ -186,6 +186,51 @@ def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.Cap
     assert "build cpu/minimal ok" in out and "not proven" in out
 
 
+def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    js = tmp_path / "all.json"
+    mini.cli("all", "-j", "2", "--json", str(js))
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    assert data["schema"] == "patchset-all/1" and data["backend"] == "cpu"
+    names = [p["name"] for p in data["phases"]]
+    assert names == ["fetch", "apply", "build", "test", "verify", "verify"], names
+    assert all(isinstance(p["seconds"], float) and p["seconds"] >= 0 for p in data["phases"])
+    assert data["total_seconds"] >= sum(p["seconds"] for p in data["phases"][:4])
+    verify = {p["patch"]: p for p in data["phases"] if p["name"] == "verify"}
+    assert verify["0001-calc-sub-subtracts.patch"]["outcome"] == "proven"
+    assert verify["0002-calc-document-the-header.patch"]["outcome"] == "not proven"
+    # the test results are in it too, as `test --json` writes them
+    assert [p["program"] for p in data["tests"]["programs"]] == ["test-opt", "test-backend-ops", "test-sub",
+                                                                  "test-add"]
+    assert "where the time went" in out and "total " in out
+    # again with nothing changed: everything reused, the tests' passing results included, and said so
+    mini.cli("all", "-j", "2", "--json", str(js))
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    reused = {p["name"] + (p["patch"] or ""): p["reused"] for p in data["phases"]}
+    assert reused == {"fetch": True, "apply": True, "build": True, "test": True,
+                      "verify0001-calc-sub-subtracts.patch": True, "verify0002-calc-document-the-header.patch": True}
+    assert data["reused"] == {"phases": 6, "of": 6, "evidence": 2}
+    assert "reused 6 of 6 phase(s), evidence reused for 2 of 2 verdict(s)" in out
+    assert "passed on it (tree" in out and data["tests"]["programs"]
+    # --junit needs a run of the tests: they run again
+    mini.cli("all", "-j", "2", "--json", str(js), "--junit", str(tmp_path / "j.xml"))
+    capsys.readouterr()
+    assert [p["reused"] for p in json.loads(js.read_text())["phases"] if p["name"] == "test"] == [False]
+
+
+def test_all_lists_each_evidence_file_once(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    mini.cli("all", "-j", "2")
+    out = capsys.readouterr().out
+    files = sorted((mini.root / ".patchset" / "evidence").glob("*/cpu.md"))
+    assert len(files) == 2
+    for f in files:
+        assert out.count(str(f)) == 1, out
+    # in the summary, after the phases
+    assert out.index("where the time went") < out.index(str(files[0]))
+
+
 def test_slice_of_patched_and_of_upstream(mini: Mini, tmp_path: Path) -> None:
     tmp_path = tmp_path / "out"
     tmp_path.mkdir()

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
 
+from rich.table import Table
+
 from builder import proc
+from builder.build import cmakebuild as buildmod
 from builder.build.cmakebuild import PROFILES
-from builder.build.reports import write_json, write_junit
+from builder.build.reports import report_dict, write_junit
+from builder.build.toolchain import CcacheStats
 from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
@@ -13,9 +19,15 @@ from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_verdicts
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.pipeline import run_build, run_tests
+from builder.fsutil import atomic_write_text
+from builder.locking import project_lock
+from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
+from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
-from builder.prove.verify import verify
+from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, stand_in, verify
+from builder.series.model import load_series
+from builder.upstream.fetch import fetch
+from builder.upstream.pin import load_pin
 
 NAME = "all"
 HELP = "the main job: fetch, apply, build, test and verify on the pin (default backend: cpu)"
@@ -27,13 +39,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int)
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")
     p.add_argument("--junit", type=Path, help="write the test results as JUnit XML")
-    p.add_argument("--json", type=Path, help="write the test results as JSON")
+    p.add_argument("--json", type=Path, help="write the run as JSON: each phase with its seconds, reuse and ccache "
+                   "counters, the verdicts and the test results (schema: docs/all.md)")
     add_timeout(p)
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    started = time.perf_counter()
+    clock = PhaseClock()
+    out: dict = {}
+    try:
+        return _run(args, project, clock, out)
+    finally:
+        # also after a failed phase: the phases that ran, with their seconds
+        report = clock.report(args.backend, started)
+        print_summary(report)
+        if args.json:
+            atomic_write_text(args.json, json.dumps(report.to_json(out.get("tests")), indent=1) + "\n")
+
+
+def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dict) -> Outcome:
+    console.rule("fetch and apply")
+    with clock.phase("fetch", compiles=False) as ph:
+        fetched = fetch(project.cache_dir, load_pin(project.pin_file), CliProgress())
+        ph["reused"], ph["detail"] = fetched.cached, ("in the cache" if fetched.cached else f"from {fetched.source}")
+    with clock.phase("apply", compiles=False) as ph, project_lock(project.lock_file, purpose="apply"):
+        _, applied = ensure_patched(project, CliProgress())
+        ph["reused"] = applied is None or applied.noop
+        ph["detail"] = "the work tree holds this series" if ph["reused"] else \
+            f"{len(applied.outcomes) if applied else 0} patch(es) applied"
     console.rule("build")
-    b = run_build(project, args.backend, "minimal", args.jobs, progress=CliProgress())
+    with clock.phase("build") as ph:
+        b = run_build(project, args.backend, "minimal", args.jobs, progress=CliProgress())
+        ph["reused"] = b.noop
+        ph["detail"] = ("nothing to do" if b.noop else f"{b.steps} step(s)") + ("" if b.ok else ", failed")
+        if b.ccache_hits is not None and b.ccache_misses is not None:
+            ph["ccache"] = CcacheStats(b.ccache_hits, b.ccache_misses)
     print_build(b)
     if not b.ok:
         return Outcome.FAILED
@@ -41,16 +82,98 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print("metal: compile check only; tests and verify need a Mac: not run here")
         return Outcome.OK
     console.rule("test")
-    report = run_tests(project, args.backend, timeout=args.timeout)
-    print_report(report)
-    if args.json:
-        write_json(report, args.json)
-    if args.junit:
-        write_junit(report, args.junit)
-    tested = test_outcome(report)
+    bdir = build_dir(project, args.backend, "minimal")
+    built = buildmod.built_from(bdir)
+    key = tests_key(args.backend, bdir / "bin", built.commit if built else "", built.tree if built else "",
+                    declared_tests(load_series(project.patches_dir), args.backend), args.timeout)
+    record = project.state_dir / "test" / f"all-{args.backend}.json"
+    # the tests of a build nothing changed, which passed last time, are not run again (--junit needs a run)
+    earlier = reusable_tests(record, key) if b.noop and built and not args.junit else None
+    with clock.phase("test", compiles=bool(buildmod.profile(args.backend).harness)) as ph:
+        if earlier is not None:
+            ph["reused"] = True
+            ph["detail"] = f"{len(earlier['programs'])} program(s) passed on this build before"
+            out["tests"] = earlier
+            tested = Outcome.OK
+        else:
+            report = run_tests(project, args.backend, timeout=args.timeout)
+            ph["detail"] = f"{len(report.programs)} program(s) run" + (", failed" if report.failed else "")
+    if earlier is not None:
+        console.print(f"tests: the build is unchanged and its {len(earlier['programs'])} test program(s) passed on "
+                      f"it (tree {key['tree'][:12]}): reused, not run again", highlight=False)
+    else:
+        print_report(report)
+        out["tests"] = report_dict(report)
+        record_tests(record, key, out["tests"])
+        if args.junit:
+            write_junit(report, args.junit)
+        tested = test_outcome(report)
     if args.no_verify:
         return tested
     console.rule("verify")
+    before = clock.stats()
     v = verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout)
-    print_verdicts(v)
-    return Outcome.worst(tested, verify_outcome(v))
+    # a patch whose proof needs a backend this machine lacks is proven on the one that stands in for it
+    # here (the Metal replay), where the patch declares that one
+    here = available_backends()
+    replay: dict[str, list[str]] = {}
+    for p in load_series(project.patches_dir).patches:
+        sub = stand_in(p, args.backend, here)
+        if sub:
+            replay.setdefault(sub, []).append(p.name)
+    extra = [verify(project, names, backends=[sub], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout)
+             for sub, names in replay.items()]
+    after = clock.stats()
+    if before is not None and after is not None:
+        clock.verify_ccache = after.minus(before)
+    shown = VerifyReport(tuple(x for r in (v, *extra) for x in r.verdicts))
+    for verdict in shown.verdicts:
+        clock.add(_verify_phase(verdict))
+    print_verdicts(shown, evidence=False)
+    return Outcome.worst(tested, *(verify_outcome(r) for r in (v, *extra)))
+
+
+def _verify_phase(v: PatchVerdict) -> Phase:
+    return Phase("verify", v.seconds, v.reused or v.carried, v.reason, patch=v.patch, backend=v.backend,
+                 outcome=v.outcome, evidence=str(v.evidence_md) if v.evidence_md else None)
+
+
+def _cache(c: CcacheStats | None) -> str:
+    return "-" if c is None else f"{c.hits} hit(s) / {c.misses} miss(es)"
+
+
+def print_summary(report: AllReport) -> None:
+    """Where the time went, phase by phase, and each evidence file once."""
+    if not report.phases:
+        return
+    table = Table("phase", "patch", "seconds", "reused", "ccache hit/miss", "what",
+                  title="patchset all: where the time went")
+    for p in report.phases:
+        what = p.detail if p.name != "verify" else f"{p.outcome} on {p.backend}" + (
+            " (the host-side Metal replay, not a Mac)" if p.backend == "metal-replay" else "")
+        table.add_row(p.name, p.patch or "", f"{p.seconds:.1f}", "yes" if p.reused else "no",
+                      "-" if p.ccache is None else f"{p.ccache.hits}/{p.ccache.misses}", what)
+    console.print(table)
+    replayed = {p.patch for p in report.phases if p.name == "verify" and p.backend == "metal-replay"}
+    needs = [p for p in report.phases if p.name == "verify" and p.patch in replayed and p.outcome
+             and p.outcome.startswith(NEEDS)]
+    for p in needs:
+        console.print(f"{p.patch}: {p.outcome} on {p.backend}; proven here on metal-replay instead (the host-side "
+                      "replay of the Metal backend)" if _replay_outcome(report, p.patch) == "proven" else
+                      f"{p.patch}: {p.outcome} on {p.backend}; on metal-replay: {_replay_outcome(report, p.patch)}",
+                      highlight=False)
+    verify_phases = [p for p in report.phases if p.name == "verify"]
+    console.print(f"total {report.total_seconds:.1f}s; reused {report.reused} of {len(report.phases)} phase(s)"
+                  + (f", evidence reused for {report.evidence_reused} of {len(verify_phases)} verdict(s)"
+                     if verify_phases else "")
+                  + f"; ccache {_cache(report.ccache)}" + (f" (verify {_cache(report.verify_ccache)})"
+                                                            if report.verify_ccache else ""),
+                  highlight=False)
+    for p in verify_phases:
+        if p.evidence:
+            console.print(f"  evidence: {p.evidence}", highlight=False)
+
+
+def _replay_outcome(report: AllReport, patch: str | None) -> str:
+    return next((p.outcome or "" for p in report.phases
+                 if p.name == "verify" and p.patch == patch and p.backend == "metal-replay"), "")

@@ -51,7 +51,9 @@ def _style(outcome: str) -> str:
     return "red"
 
 
-def print_verdicts(report: VerifyReport) -> None:
+def print_verdicts(report: VerifyReport, *, evidence: bool = True) -> None:
+    """The verdicts table (and each --hunks table); with `evidence`, each evidence file after it
+    (`all` lists them once, in its summary)."""
     table = Table("patch", "backend", "outcome", "why", title="patchset verify")
     for v in report.verdicts:
         table.add_row(v.patch, v.backend, f"[{_style(v.outcome)}]{v.outcome}[/]", v.reason)
@@ -66,7 +68,7 @@ def print_verdicts(report: VerifyReport) -> None:
                               f"[{_HUNK_STYLE[h['outcome']]}]{h['outcome']}[/]", why)
             console.print(table)
     for v in report.verdicts:
-        if v.evidence_md:
+        if evidence and v.evidence_md:
             console.print(f"  evidence: {v.evidence_md}", highlight=False)
 
 

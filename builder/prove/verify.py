@@ -88,6 +88,20 @@ def available_backends() -> list[str]:
     return found
 
 
+def stand_in(patch: Patch, backend: str, here: list[str] | None = None) -> str | None:
+    """The backend that proves `patch` on this machine when `backend` cannot: the Metal replay
+    (metal-replay), for a patch that declares it in Patchset-Backends, on a machine that has the
+    replay and no Metal. None when `backend` is one the patch's proof runs on, or nothing here can
+    stand in (the patch then stays `needs ...`)."""
+    here = available_backends() if here is None else here
+    declared = patch.meta.backends
+    if backend in declared or "metal" in here:
+        return None
+    if "metal-replay" in declared and "metal-replay" in here and backend != "metal-replay":
+        return "metal-replay"
+    return None
+
+
 @dataclass(frozen=True)
 class PatchVerdict:
     patch: str
@@ -101,6 +115,8 @@ class PatchVerdict:
     """`--hunks`: the per-hunk results (as in the evidence JSON)."""
     carried: bool = False
     """True when an earlier proof still holds for these trees (nothing was built or run)."""
+    seconds: float = 0.0
+    """Wall time this verdict took in this run (reading the evidence, or building and running its trees)."""
 
 
 @dataclass(frozen=True)
@@ -429,15 +445,18 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) ->
     # program ahead for a patch whose proof holds
     todo = []
     for patch, backend in plan:
+        start = time.perf_counter()
         done = v.settled(patch, trees[patch.index], backend)
         if done:
-            verdicts.append(done)
+            verdicts.append(dataclasses.replace(done, seconds=time.perf_counter() - start))
         else:
             todo.append((patch, backend))
     for i, (patch, backend) in enumerate(todo):
         v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests if t.runs_on(b, p.meta.backends)))
                    for p, b in todo[i + 1:] if b == backend]
-        verdicts.append(v.prove_patch(patch, trees[patch.index], backend))
+        start = time.perf_counter()
+        proved = v.prove_patch(patch, trees[patch.index], backend)
+        verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))
     order = {(p.name, b): n for n, (p, b) in enumerate((p, b) for p in chosen for b in backends)}
     return VerifyReport(tuple(sorted(verdicts, key=lambda x: order[(x.patch, x.backend)])))
 

@@ -14,12 +14,57 @@ from rich.markup import escape
 from builder import __version__, proc
 from builder.commands import NAMES, load
 from builder.console import err_console, setup_logging
-from builder.errors import EXIT_INTERNAL, Outcome, PatchsetError
+from builder.errors import EXIT_CODES, EXIT_INTERNAL, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
 _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    ("PATCHSET_CACHE", "the cache of downloads and the upstream repository, shared between projects "
+                       "(default: $XDG_CACHE_HOME/patchset, else ~/.cache/patchset)"),
+    ("PATCHSET_STATE", "the project's state folder: work repository, builds, logs, evidence (default: "
+                       "PROJECT/.patchset)"),
+    *((name, f"time limit in seconds of {what} (default: {default:g})")
+      for name, (default, what) in proc.TIMEOUTS.items()),
+    ("CC, CXX", "the compilers CMake takes (the evidence records $CXX's version, else c++'s)"),
+    ("NO_COLOR", "set: no colours in the output"),
+    ("CI", "set: no progress bars (they are drawn only on a terminal anyway)"),
+    ("VISUAL, EDITOR", "the editor `new` opens the patch's message in"),
+)
+"""The environment variables patchset reads, as `patchset --help` lists them."""
+
+_TEST_HOOKS = ("PATCHSET_FAULT_KILL_AT", "PATCHSET_FAULT_PAUSE_AT", "PATCHSET_FAULT_PAUSE_FILE", "PATCHSET_FAULT_TRACE")
+"""Variables for the test suite's fault injection (builder/proc.py), left out of the help."""
+
+
+def top_epilog() -> str:
+    """The end of `patchset --help`: exit codes and environment variables, from the code that uses them."""
+    lines = ["exit codes:"]
+    for code, what in EXIT_CODES.items():
+        lines += textwrap.wrap(what, 96, initial_indent=f"  {code:<4}", subsequent_indent="      ")
+    lines += ["", "environment:"]
+    for name, what in ENVIRONMENT:
+        lines.append(f"  {name}")
+        lines += textwrap.wrap(what, 92, initial_indent="      ", subsequent_indent="      ")
+    lines += ["", "`patchset help COMMAND` (or `patchset COMMAND --help`) says more of one command; docs/guide.md "
+              "walks through a maintainer's day."]
+    return "\n".join(lines)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks, and ends an option's help with its default where the help
+    does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False or default is True
+                or default is argparse.SUPPRESS or default == [] or "default" in text):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def version_text(root: Path | None = None) -> str:
@@ -58,20 +103,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="patchset",
         description="Keep a fork's fixes as a patch series on a pinned llama.cpp; build, test and prove them.",
-        epilog="`patchset help COMMAND` (or `patchset COMMAND --help`) says more of one command.",
+        epilog=top_epilog(), formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
     parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, help="one of:")
     for name in NAMES:
         if only is not None and name != only:
             sub.add_parser(name)
             continue
         cmd = load(name)
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=textwrap.fill(cmd.HELP, 96),
-                           epilog=getattr(cmd, "EXAMPLE", None), formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=getattr(cmd, "EXAMPLE", None), formatter_class=HelpFormatter)
         cmd.add_arguments(p)
         p.set_defaults(handler=cmd.run, needs_project=getattr(cmd, "NEEDS_PROJECT", True), root_parser=parser)
     return parser

@@ -19,6 +19,20 @@ EXIT_NOT_PROVEN_HERE = 6  # verify, bump: all else passed, but a patch needs a b
 EXIT_LOCKED = 7  # the project (or cache) lock is held by another command past the time we wait for it
 EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
 
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "a check, test or build failed, or a patch regressed",
+    EXIT_USAGE: "bad input or usage (the file, line or patch is named)",
+    EXIT_CONFLICT: "stopped on a conflict (resume with --continue, --skip or --abort), or a dry run found one",
+    EXIT_NOT_PROVEN: "verify: nothing regressed, but a patch is not proven",
+    EXIT_FIXED_UPSTREAM: "bump: upstream fixed a patch's bug, all or part of it; nothing was changed",
+    EXIT_NOT_PROVEN_HERE: "verify, bump: nothing worse, but a patch is not proven on this machine (it needs a "
+                          "backend this machine lacks)",
+    EXIT_LOCKED: "another command held the project lock (or a fetch the cache's) past the wait: run it again later",
+    EXIT_INTERNAL: "a bug in patchset (one line; --debug shows the traceback)",
+}
+"""What each exit code means, as `patchset --help` and the README say it."""
+
 
 class Outcome(enum.Enum):
     """What a command's result amounts to; the CLI turns it into the exit code, nowhere else."""

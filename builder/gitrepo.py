@@ -36,7 +36,7 @@ def git_timeout() -> float:
     Nothing local takes that long on the llama.cpp tree (a checkout is seconds); a git that
     waits on a dead network or a stuck filesystem is killed and reported instead of hanging.
     """
-    return proc.env_seconds("PATCHSET_GIT_TIMEOUT", 1800.0)
+    return proc.timeout("PATCHSET_GIT_TIMEOUT")
 
 
 class GitRepo:

@@ -1,8 +1,8 @@
 """Every lock patchset takes, one mechanism: an OS file lock with its holder written beside it.
 
 The project lock: every verb that writes to the work repository or to `.patchset/` (apply,
-refresh, rebase, build, test, slice, verify, gc, and the series verbs new, edit, drop, move, mark,
-undo) holds it for its whole run. A second process
+refresh, rebase, bump, build, test, slice, verify, all, export, evidence, gc, and the series verbs
+new, edit, drop, move, mark, undo) holds it for its whole run. A second process
 waits for it (`$PATCHSET_LOCK_TIMEOUT` seconds, default 600; 0 refuses at once), saying once who
 holds it, and then refuses with a message naming the holder. The cache lock (`<cache>/lock`,
 shared by every project on the machine) keeps two fetches or pin imports from interleaving; a
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from builder import proc
 from builder.errors import LockError
-from builder.proc import env_seconds
 
 log = logging.getLogger("patchset")
 
@@ -39,9 +39,9 @@ CACHE_LOCK_TIMEOUT_S = 1800.0
 """How long a fetch waits for another process's fetch into the same cache."""
 
 
-def lock_timeout(default: float = 600) -> float:
-    """How long to wait for another process's lock: `$PATCHSET_LOCK_TIMEOUT` seconds, else `default`."""
-    return env_seconds("PATCHSET_LOCK_TIMEOUT", default)
+def lock_timeout() -> float:
+    """How long to wait for another process's lock: `$PATCHSET_LOCK_TIMEOUT` seconds, else 600."""
+    return proc.timeout("PATCHSET_LOCK_TIMEOUT")
 
 
 def _owner_file(lock_file: Path) -> Path:

@@ -36,9 +36,6 @@ log = logging.getLogger("patchset")
 DEFAULT_TIMEOUT_S = 3600.0
 """The limit of a captured command that names none: nothing patchset runs may hang forever."""
 
-TIMEOUT_VARIABLES = ("PATCHSET_GIT_TIMEOUT", "PATCHSET_FETCH_TIMEOUT", "PATCHSET_LOCK_TIMEOUT",
-                     "PATCHSET_BUILD_TIMEOUT")
-"""The environment variables that set a time limit, in seconds (README: Configuration)."""
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -63,6 +60,24 @@ BUILD_TIMEOUT_S = 7200.0
 whole tree on a small machine takes tens of minutes, a hung compiler or linker forever."""
 
 
+TIMEOUTS: dict[str, tuple[float, str]] = {
+    "PATCHSET_GIT_TIMEOUT": (1800.0, "each git command"),
+    "PATCHSET_FETCH_TIMEOUT": (3600.0, "a fetch from one git source (past it the next source is tried)"),
+    "PATCHSET_LOCK_TIMEOUT": (600.0, "the wait for the project lock another command holds (0: refuse at once; "
+                              "then exit 7)"),
+    "PATCHSET_BUILD_TIMEOUT": (BUILD_TIMEOUT_S, "each configure and build step (cmake, ninja, the wheel's build)"),
+}
+"""The environment variables that set a time limit in seconds: their defaults and what they limit
+(the code reads the defaults from here; `patchset --help` lists them)."""
+
+TIMEOUT_VARIABLES = tuple(TIMEOUTS)
+
+
+def timeout(name: str) -> float:
+    """The time limit the variable `name` (one of TIMEOUTS) sets, else its default."""
+    return env_seconds(name, TIMEOUTS[name][0])
+
+
 BUILD_TIMEOUT_HELP = (f"Each configure and build step runs under $PATCHSET_BUILD_TIMEOUT seconds (default "
                       f"{BUILD_TIMEOUT_S:g}); past it the step is killed and the build has failed.")
 """The limit as --help says it (the commands that build)."""
@@ -70,7 +85,7 @@ BUILD_TIMEOUT_HELP = (f"Each configure and build step runs under $PATCHSET_BUILD
 
 def build_timeout() -> float:
     """The time limit of each configure and build step: `$PATCHSET_BUILD_TIMEOUT` seconds, else BUILD_TIMEOUT_S."""
-    return env_seconds("PATCHSET_BUILD_TIMEOUT", BUILD_TIMEOUT_S)
+    return timeout("PATCHSET_BUILD_TIMEOUT")
 
 
 def check_timeout_variables() -> None:

@@ -35,8 +35,8 @@ HELP = "the main job: fetch, apply, build, test and verify on the pin (default b
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = proc.BUILD_TIMEOUT_HELP
-    p.add_argument("--backend", choices=list(PROFILES), default="cpu")
-    p.add_argument("--jobs", "-j", type=int)
+    p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="backend to build, test and verify on")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")
     p.add_argument("--junit", type=Path, help="write the test results as JUnit XML")
     p.add_argument("--json", type=Path, help="write the run as JSON: each phase with its seconds, reuse and ccache "

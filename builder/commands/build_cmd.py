@@ -18,9 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=list(PROFILES), default="cpu",
                    help="cpu, cuda, metal (on Linux: a compile check of the Metal C++ sources), or metal-replay "
                         "(test-backend-ops with the host-side Metal replay, docs/backends.md)")
-    p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
+    p.add_argument("--targets", choices=TARGET_SETS, default="minimal",
+                   help="minimal: ggml and the test programs only; full: the tree's own CMake project with its tests")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
-    p.add_argument("--build-type", default="Release")
+    p.add_argument("--build-type", default="Release", help="CMAKE_BUILD_TYPE: Release, Debug, RelWithDebInfo, ...")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
 
 

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="test-backend-ops parallel workers (-j; test mode only)")
     p.add_argument("--confirm", type=int, default=3, metavar="N",
                    help="re-runs of each sweep case that changed, on both trees (default 3; 0: off)")
-    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
     p.add_argument("--drop-fixed", action="store_true",
                    help="leave out the patches upstream fixed (controlled: their own test's cases fail without the "

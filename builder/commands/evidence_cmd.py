@@ -16,7 +16,7 @@ HELP = ("commit the current series' evidence into docs/evidence/ with what made 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="update or check")
     up = sub.add_parser("update", help="copy verify's evidence of the current patches (and tools/gpu outputs) "
                                        "into docs/evidence/, record each file in its MANIFEST.json, regenerate "
                                        "docs/backends.md and the counts of docs/patches.md")

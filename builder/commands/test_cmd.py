@@ -21,8 +21,9 @@ HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = proc.BUILD_TIMEOUT_HELP
-    p.add_argument("--backend", choices=list(PROFILES), default="cpu")
-    p.add_argument("--targets", choices=TARGET_SETS, default="minimal")
+    p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="the backend whose build is tested")
+    p.add_argument("--targets", choices=TARGET_SETS, default="minimal",
+                   help="minimal: ggml and the test programs only; full: the tree's own CMake project with its tests")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ops", help="comma-separated ops for test-backend-ops (default: the series' ops)")
     g.add_argument("--all", action="store_true", help="every op")
@@ -47,7 +48,7 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confirm", type=int, default=3, metavar="N",
                    help="with --against: re-run each case that changed N times on both trees; a case that "
                         "varies within a tree is flaky, not a regression (default 3; 0: off)")
-    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs for --against's builds")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs for --against's builds (default: all cores)")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --against's builds (default: native)")
 
 

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="prove every patch again: reuse no evidence, carry no earlier proof over")
     p.add_argument("--hunks", action="store_true",
                    help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
-    p.add_argument("--jobs", "-j", type=int)
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     add_timeout(p)
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
                    "used, so that the patched tree's build is reused")

@@ -163,7 +163,7 @@ def fetch_timeout() -> float:
 
     A remote that stops answering is then a failed source, and the next source is tried.
     """
-    return proc.env_seconds("PATCHSET_FETCH_TIMEOUT", 3600.0)
+    return proc.timeout("PATCHSET_FETCH_TIMEOUT")
 
 
 def fetch_git_ref(q: GitRepo, url: str, ref: str) -> str:

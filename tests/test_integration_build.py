@@ -105,10 +105,11 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     # patch 3's proof includes its three mutations, each seen failing; its cases use the public API only,
     # so the tree before the fix builds and its test fails
     data = json.loads(outcomes[opt_free].evidence_json.read_text())
-    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation"]
-    assert [s["label"] for s in data["steps"][2:]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
+    # (and the parent tree, pin + patches 1-2 without its test part, tells which cases it adds or changes)
+    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation", "parent"]
+    assert [s["label"] for s in data["steps"][2:5]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
     assert data["steps"][0]["verdict"] == "fails"
-    assert {s["verdict"] for s in data["steps"][2:]} == {"fails"}
+    assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
     # patch 2's mutations (iter and opt_i advanced, the failed step recorded) are seen failing too
     data = json.loads(outcomes[eval_status].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation"]

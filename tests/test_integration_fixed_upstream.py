@@ -93,9 +93,11 @@ def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
     # patch 3: its cases use the public API only, so they run there (on top of patch 2) and still fail, as on the pin
     assert got["0003"][:2] == ("clean", NOT_FIXED), rows["0003"]["fixed_upstream"]
     assert got["0003"][2] and not got["0003"][3], rows["0003"]["fixed_upstream"]
-    # no answer here, and why: patch 1 runs on Metal only; patch 4 fixes the test program itself
-    assert got["0001"][:2] == got["0004"][:2] == ("clean", CANNOT_TELL)
-    assert rows["0001"]["fixed_upstream"]["evidence"] == "backend metal is not on this machine"
+    # patch 1's proof names metal-replay, so its test runs on the replay here; upstream did not touch the
+    # buffer lookup: never fixed (its test crashes before it prints a case, so the check may not tell)
+    assert got["0001"][0] == "clean" and got["0001"][1] in (NOT_FIXED, CANNOT_TELL), rows["0001"]["fixed_upstream"]
+    # no answer here, and why: patch 4 fixes the test program itself
+    assert got["0004"][:2] == ("clean", CANNOT_TELL)
     assert "Patchset-Test-Paths: none" in rows["0004"]["fixed_upstream"]["evidence"]
     # nothing left behind that leaves the machine with a local path
     assert str(project) not in json.dumps(rows)

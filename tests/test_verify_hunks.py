@@ -234,3 +234,48 @@ def test_each_test_command_gets_its_own_limit_on_a_reverted_tree() -> None:
     limits = hunk_test_limits(({"command": "test-opt", "duration_s": 0.1},
                                {"command": "test-llama-archs --opt", "duration_s": 4.5}))
     assert limits == {"test-opt": 30.0, "test-llama-archs --opt": 90.0}
+
+
+SPIN = "int calc_spin(int n) {\n    volatile int left = n;\n    while (left > 0) {\n    }\n    return left;\n}\n"
+SPIN_C = CALC_C + filler("tail") + SPIN
+SPIN_FIXED_C = FIXED_C + filler("tail") + SPIN.replace("{\n    }", "{\n        left = left - 1;\n    }")
+SPIN_H = CALC_H.replace("int calc_mul(int a, int b);\n", "int calc_mul(int a, int b);\nint calc_spin(int n);\n")
+SPIN_TEST = """\
+#include "calc.h"
+#include <cstdio>
+int main() {
+    printf("Backend 1/1: CPU\\n");
+    bool add = calc_add(2, 3) == 5;
+    printf("  add(want=5): %s\\n", add ? "OK" : "FAIL");
+    if (!add) {
+        printf("  0/2 tests passed\\n");
+        return 1;
+    }
+    fflush(stdout);
+    bool spin = calc_spin(3) == 0;
+    printf("  spin(want=0): %s\\n", spin ? "OK" : "FAIL");
+    printf("  %d/2 tests passed\\n", spin ? 2 : 1);
+    return spin ? 0 : 1;
+}
+"""
+
+
+def test_a_reverted_hunk_that_hangs_the_test_is_caught_at_its_limit(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without one hunk of the fix the test program never ends (calc_spin loops): the program is
+    killed at the time limit of the reverted trees, and the hunk counts as caught."""
+    monkeypatch.setattr("builder.prove.verify.HUNK_TEST_TIMEOUT_MIN_S", 2.0)
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": SPIN_H,
+                                   "ggml/src/calc.c": SPIN_C})
+    commit_files(src, {"ggml/src/calc.c": SPIN_FIXED_C, "ggml/include/calc.h": FIXED_H.replace(
+        "int calc_mul(int a, int b);\n", "int calc_mul(int a, int b);\nint calc_spin(int n);\n"),
+        "tests/test-add.cpp": SPIN_TEST}, "calc : add adds, spin ends" + trailers("cpu", "test-add", EXEMPT))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    (v,) = verify(project, backends=["cpu"], hunks=True).verdicts
+    (spin,) = [h for h in v.hunks if h["section"].startswith("int calc_spin")]
+    assert spin["outcome"] == hk.CAUGHT, spin
+    # the program was stopped at the hunk trees' limit, not at verify's: the failing line says so
+    (run,) = spin["tests"]
+    assert run["returncode"] == -9 and 2.0 <= run["duration_s"] < 30, run
+    assert any(line.strip().startswith("timeout(limit=2s)") for line in spin["failing"]), spin
+    assert v.outcome == PROVEN, v.reason

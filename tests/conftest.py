@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, copy_real_project, make_project, make_upstream
+from helpers import Proj, Upstream, copied_project, copied_upstream, copy_real_project, make_project, make_upstream
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
 from builder import console
@@ -149,16 +149,28 @@ def cache_dir(hermetic: Path) -> Path:
     return hermetic
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Upstream:
-    """A tiny C project with one commit, and a bare clone of it as the remote."""
-    return make_upstream(tmp_path)
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Upstream, Proj]:
+    """The upstream and project of `up` and `proj`, made once per session with git; each test gets a copy
+    (some twenty git processes a test fewer: a fifth of the fast suite's tests use them)."""
+    base = tmp_path_factory.mktemp("made-once")
+    up = make_upstream(base)
+    return up, make_project(base, up, base / "cache")
 
 
 @pytest.fixture
-def proj(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
-    """A project pinned to `up` (git source: the bare remote) with the standard three-patch series."""
-    return make_project(tmp_path, up, cache_dir)
+def up(tmp_path: Path, made_once: tuple[Upstream, Proj]) -> Upstream:
+    """A tiny C project with one commit, and a bare clone of it as the remote (make_upstream's, copied)."""
+    return copied_upstream(made_once[0], tmp_path)
+
+
+@pytest.fixture
+def proj(tmp_path: Path, up: Upstream, cache_dir: Path, made_once: tuple[Upstream, Proj]) -> Proj:
+    """A project pinned to `up` (git source: the bare remote) with the standard three-patch series
+    (make_project's, copied when `up` is the copied one)."""
+    if (up.src.parent, up.commit) != (tmp_path, made_once[0].commit):  # a module's own `up`
+        return make_project(tmp_path, up, cache_dir)
+    return copied_project(made_once[1], up, cache_dir)
 
 
 # -- the real pin, fetched once per session ------------------------------------------------------

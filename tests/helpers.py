@@ -302,6 +302,37 @@ def make_project(base: Path, up: Upstream, cache_dir: Path,
     return Proj(root, project, up, scratch, commits)
 
 
+def copy_made(template: Path, base: Path, names: tuple[str, ...]) -> None:
+    """Copy the folders `names` that make_upstream and make_project made under `template` to `base`, each
+    path of `template` written in them (the pin's git source, the remotes in the clones' configs and
+    reflogs) made a path of `base`: the same repositories, commit ids included, as if made there."""
+    old, new = str(template).encode(), str(base).encode()
+    for name in names:
+        shutil.copytree(template / name, base / name, symlinks=True)
+        for p in (base / name).rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                data = p.read_bytes()
+                if old in data:
+                    p.write_bytes(data.replace(old, new))
+
+
+def copied_upstream(template: Upstream, base: Path) -> Upstream:
+    """make_upstream(base), copied from the one made at `template`'s folder (no git run)."""
+    copy_made(template.src.parent, base, (template.src.name, template.bare.name))
+    return Upstream(base / template.src.name, base / template.bare.name, template.commit, template.tree)
+
+
+def copied_project(template: Proj, up: Upstream, cache_dir: Path) -> Proj:
+    """make_project(up.src.parent, up, cache_dir) with the standard series, copied from `template` (made
+    the same way on the upstream `up` was copied from)."""
+    base, made = up.src.parent, template.root.parent
+    copy_made(made, base, (template.root.name, template.scratch.name))
+    root = base / template.root.name
+    project = load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
+                           cache_dir=cache_dir)
+    return Proj(root, project, up, base / template.scratch.name, list(template.commits))
+
+
 # -- archives -------------------------------------------------------------------------------------
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -281,3 +281,47 @@ def test_a_patch_without_test_paths_has_its_test_part_in_tests(tmp_path: Path) -
     v = verify(project, backends=["cpu"]).verdicts[0]
     assert v.outcome == PROVEN, v.reason
     assert "fails to compile in its test files only" in v.reason
+
+
+LLAMA_SIDE = {
+    "include/llama.h": "#pragma once\nint llama_add(int a, int b);\n",
+    "src/CMakeLists.txt": ("llama_add_compile_flags()\nadd_library(llama STATIC llama.cpp)\n"
+                           "target_include_directories(llama PUBLIC ../include)\n"
+                           "target_link_libraries(llama PUBLIC ggml)\n"),
+    "src/llama.cpp": '#include "llama.h"\n#include "calc.h"\nint llama_add(int a, int b) { return calc_add(a, b); }\n',
+    "vendor/CMakeLists.txt": "",
+    "common/CMakeLists.txt": ("llama_add_compile_flags()\nadd_library(llama-common STATIC common.cpp)\n"
+                              "target_include_directories(llama-common PUBLIC .)\n"
+                              "target_link_libraries(llama-common PUBLIC llama)\n"),
+    "common/common.h": "#pragma once\nint common_add(int a, int b);\n",
+    "common/common.cpp": ('#include "common.h"\n#include "llama.h"\n'
+                          "int common_add(int a, int b) { return llama_add(a, b); }\n"),
+}
+
+
+def test_a_llama_program_is_built_ahead_only_for_a_tree_with_the_same_llama_side(tmp_path: Path) -> None:
+    """Verify builds a test program an earlier patch needs with a later patch's tree when its source is
+    the same there; for a program that links libllama only when ggml's headers and llama's folders are
+    the same too: a tree with another calc.h compiles all of libllama again, and what was built ahead
+    for it is never used."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                                   "ggml/src/calc.c": CALC_C, **LLAMA_SIDE})
+    commit_files(src, {"ggml/src/calc.c": CALC_C.replace("return a - b;", "return a + b;"),
+                       "tests/test-llama-add.cpp": program_source("add", "llama_add(2, 3)", 5).replace(
+                           '#include "calc.h"', '#include "llama.h"')},
+                 "calc : add adds" + trailers("cpu", "test-llama-add"))
+    both = CALC_C.replace("add(int a, int b) { return a - b;", "add(int a, int b) { return a + b;").replace(
+        "sub(int a, int b) { return a + b;", "sub(int a, int b) { return a - b;")
+    commit_files(src, {"ggml/src/calc.c": both,
+                       "ggml/include/calc.h": CALC_H.replace("int calc_sub(", "/* the difference */\nint calc_sub("),
+                       "tests/test-sub.cpp": program_source("sub", "calc_sub(5, 3)", 2)},
+                 "calc : sub subtracts" + trailers("cpu", "test-sub"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    report = verify(project, backends=["cpu"])
+    assert [v.outcome for v in report.verdicts] == [PROVEN, PROVEN], [v.reason for v in report.verdicts]
+    second = json.loads(report.verdicts[1].evidence_json.read_text())
+    built = {s["tree"]: s["build_command"].split(" --target ")[1].split() for s in second["steps"]}
+    # the tree with patch 2's calc.h: its own program only; the tree without its fix has patch 1's calc.h,
+    # and test-llama-add is built there for patch 1's trees
+    assert built["after"] == ["test-sub", "patchset-order"], built
+    assert built["before"] == ["test-sub", "test-llama-add", "patchset-order"], built

@@ -25,6 +25,10 @@ from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
 
+LLAMA_SIDE = (*buildmod.LLAMA_PATHS, "ggml/include")
+"""The folders of a tree that a minimal build compiles libllama and llama-common from: llama's own and
+ggml's public headers (ggml's sources give libraries that are linked, not compiled into them)."""
+
 Limits = float | Mapping[str, float] | None
 """The time limit of each test program run on a tree: one for all, or one per command line."""
 
@@ -65,6 +69,7 @@ class TreeBuilder:
         """(build folder, tree) of the last tree built."""
         self.last_results: list[testrun.ProgramResult] = []
         """What each test program of the last tree run printed, case by case (one per test, in order)."""
+        self._llama_sides: dict[str, tuple[str | None, ...]] = {}
 
     def checkout(self, commit: str) -> None:
         if self._checked_out != commit:
@@ -148,7 +153,11 @@ class TreeBuilder:
 
         Built in the same run as this tree's own programs they share its two cores (a lone
         test-backend-ops.cpp takes ~21 s on one), and ninja has nothing left to do for them
-        when the later tree comes, unless the libraries changed in between.
+        when the later tree comes, unless the libraries changed in between. A program that links
+        libllama is built ahead only for a later tree with the same llama side (LLAMA_SIDE): every
+        unit of libllama includes ggml's headers, so one line more in one of them (patch 3's
+        comments in ggml-opt.h) compiles all of it again for that tree, and what was built here
+        for it is never used.
         """
         git = self.work.git
         found: list[str] = []
@@ -158,10 +167,18 @@ class TreeBuilder:
                     continue
                 path = f"tests/{program}.cpp"
                 here = git.blob(commit, path)
-                later = (trees.before, trees.after, *trees.mutations)
-                if here and any(git.blob(c, path) == here for c in later):
+                later = [c for c in (trees.before, trees.after, *trees.mutations) if here and git.blob(c, path) == here]
+                if later and buildmod.links_llama(self.src, program):
+                    later = [c for c in later if self._llama_side(c) == self._llama_side(commit)]
+                if later:
                     found.append(program)
         return tuple(found)
+
+    def _llama_side(self, commit: str) -> tuple[str | None, ...]:
+        """The ids of the folders of `commit` that libllama and llama-common are compiled from (LLAMA_SIDE)."""
+        if commit not in self._llama_sides:
+            self._llama_sides[commit] = tuple(self.work.git.blob(commit, p) for p in LLAMA_SIDE)
+        return self._llama_sides[commit]
 
     # -- the compile database ------------------------------------------------------------------------
     def compile_db(self) -> hk.CompileDb | None:

@@ -174,7 +174,7 @@ def opt_fixed(real_project: Project, real_pin_cache: Path, tmp_path_factory: pyt
 
 
 def test_upstream_merging_patch_2_and_fixing_patch_3_its_own_way(
-        opt_fixed: tuple[Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        opt_fixed: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch 2 `fixed upstream` and merged as upstream's commit; patch 3 `partly fixed upstream` with the cases of
     its ALLOC_FAILED contract left; `--drop-fixed` would drop patch 2 only."""
@@ -191,11 +191,13 @@ def test_upstream_merging_patch_2_and_fixing_patch_3_its_own_way(
     assert got["0002"][1] == FIXED, rows["0002"]["fixed_upstream"]
     assert "Patchset-Before: build-fails" in rows["0002"]["fixed_upstream"]["evidence"]
     # patch 3: its test part (test-opt's cases, public API only) on upstream's fix; the control is the old pin with
-    # patch 2, where every case below failed
+    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass). The text: patch 2
+    # conflicts (upstream changed its lines since), patch 3 depends on it
     assert got["0003"][1] == PARTLY_FIXED, rows["0003"]["fixed_upstream"]
     assert got["0003"][2] == ALLOC_FAILED_CONTRACT
     assert sorted(got["0003"][3]) == sorted(FIXED_ANOTHER_WAY)
     assert "merged_as" not in rows["0003"]
+    assert (got["0002"][0], got["0003"][0]) == ("conflict", "depends")
     # the others are not for this backend, or have no test part
     for k in ("0001", "0004", "0005"):
         assert got[k][1] == CANNOT_TELL

@@ -337,6 +337,33 @@ def test_a_patch_merged_as_is_and_one_fixed_another_way_in_part(tmp_path: Path, 
     assert "the same cases failing" in fb.evidence
 
 
+
+def test_a_case_the_old_pin_never_reached_and_that_still_fails_is_left_of_the_patch(
+        tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """The real patch 3's shape: on the old pin its test program crashes after its first failing case (test-opt at
+    free_while_allocated, before the sgd pass), so its later cases never run there. Upstream fixes the first case
+    its own way and not the last: the last one fails on the new upstream, and it is what is left of the patch, not
+    a case that fails only there: `partly fixed upstream`, naming it (was `cannot tell`)."""
+    mul_fix = SUB_FIX.replace("calc_mul(int a, int b) { return calc_add(a, b); }",
+                              "calc_mul(int a, int b) { return a * b; }")
+    crash = '    fflush(stdout); if (calc_mul(3, 3) != 9) __builtin_trap();\n'
+    test_mul = program([("mul(a=3,b=3)", "calc_mul(3, 3)", 9), ("mul(a=0,b=5)", "calc_mul(0, 5)", 0)])
+    test_mul = test_mul.replace('    ok = (calc_mul(0, 5))', crash + '    ok = (calc_mul(0, 5))')
+    assert crash in test_mul
+    proj = _mini(tmp_path, up, cache_dir, [
+        ({"ggml/src/calc.c": mul_fix, "tests/test-mul.cpp": test_mul}, "calc : mul multiplies" + trailers("test-mul"))])
+    [name] = proj.series()
+    new = up.advance({"ggml/src/calc.c": SUB_FIX.replace(
+        "calc_mul(int a, int b) { return calc_add(a, b); }",
+        "calc_mul(int a, int b) { return a == b ? a * b : calc_add(a, b); }")}, "calc: mul of squares\n")
+
+    fix = _verdicts(proj, new)[name]
+
+    assert (fix.verdict, fix.still_failing, fix.now_passing) == (
+        PARTLY_FIXED, ("test-mul mul(a=0,b=5)",), ("test-mul mul(a=3,b=3)",)), fix
+    assert "not reached on the old pin" in fix.evidence and "crashed" in fix.evidence
+
+
 QUIET = '#include <cstdio>\nint main() { printf("Backend 1/1: CPU\\n"); return 0; }\n'
 
 

@@ -17,12 +17,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import UPSTREAM_FIXES, real_pin_moved_on
+from helpers import UPSTREAM_FIXES, pin_toml, real_pin_moved_on
 
 from builder.cli import main
+from builder.orchestrate.bump import upstream_fixed
 from builder.project import Project
 from builder.prove.verify import available_backends
-from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
+from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, RebaseReport
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration
 
@@ -55,9 +58,10 @@ def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.
 
 
 def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extra: str, rc: int = 3,
-            ) -> dict[str, dict]:
-    """The `--json` rows of `rebase --dry-run --fixed-upstream`, by patch number."""
-    got_rc = main(["--project", str(project), "rebase", "--onto", str(onto), "--dry-run", "--fixed-upstream", "--json",
+            pin: Path | None = None) -> dict[str, dict]:
+    """The `--json` rows of `rebase --dry-run --fixed-upstream`, by patch number (from `pin` when given)."""
+    got_rc = main(["--project", str(project), *(["--pin", str(pin)] if pin else []), "rebase", "--onto", str(onto),
+                   "--dry-run", "--fixed-upstream", "--json",
                *extra])
     captured = capsys.readouterr()
     assert captured.out, captured.err
@@ -131,3 +135,73 @@ def test_upstream_moving_on_without_touching_the_bug_is_not_fixed(
     outcome, verdict, still, passing = verdicts(rows)["0005"]
     assert (outcome, verdict, passing) == ("clean", NOT_FIXED, [])
     assert sorted(still) == sorted(ACC_CASES + SET_CASES)
+
+
+# -- issue 30's scenario: patch 2 merged upstream as is, patch 3's bug fixed there another way ----------------
+# upstream's own fix of patch 3's bug (tests/data/fixed-upstream/ggml-opt-eval-realloc.patch): ggml_opt_eval allocates
+# a static graph again before it computes, in ggml-opt.cpp only (no header changes: libllama's objects are the
+# patched tree's, from the compiler cache). It computes where patch 3 returns GGML_STATUS_ALLOC_FAILED, so the case
+# of that contract is what is left of the patch; the scheduler cases pass.
+OPT = "test-opt test_{}(high_level=no, subtest={}, optimizer={})"
+FIXED_ANOTHER_WAY = [OPT.format("sched_other_graph", "step_after_other_graph", "adamw"),
+                     OPT.format("sched_other_graph", "step_after_failed_reserve", "adamw"),
+                     OPT.format("free_shared_sched_static", "interleaved", "adamw")]
+# the sgd case never runs on the old pin (test-opt crashes in free_while_allocated, adamw, before the sgd pass): it
+# fails on the new upstream, so it is left of the patch too
+ALLOC_FAILED_CONTRACT = [OPT.format("free_shared_sched_static", "eval_after_other_alloc", o) for o in ("adamw", "sgd")]
+
+
+@pytest.fixture(scope="module")
+def opt_fixed(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
+              ) -> tuple[Path, Path, Path, Path]:
+    """(project folder, the pin as a commit of this upstream, pin of upstream with patch 2 merged as is, pin of
+    upstream with patch 2 and its own fix of patch 3's bug after it).
+
+    The cache holds the pin as imported from the source archive: a stand-in commit with the pin's tree and no
+    history, which the dry run rightly compares no patch-ids from. Upstream here is made on that commit, so a pin
+    that names it, with this upstream as its git source (the same tree: the same trees and builds), has the
+    history `merged as` reads."""
+    base = tmp_path_factory.mktemp("opt-fixed-upstream")
+    patch2 = next(real_project.patches_dir.glob("0002-*.patch"))
+    merged, fixed = real_pin_moved_on(real_pin_cache, base / "upstream", [patch2,
+                                                                        UPSTREAM_FIXES / "ggml-opt-eval-realloc.patch"])
+    pin = load_pin(real_project.pin_file)
+    stand_in = upstream.fetch(real_pin_cache, pin).commit
+    old = base / "pin.toml"
+    old.write_text(pin_toml(stand_in, pin.tree, [{"kind": "git", "url": (base / "upstream" / "upstream.git").as_uri()}],
+                            repository=pin.repository, tag=pin.tag or None, date=pin.date))
+    return real_project.root, old, merged, fixed
+
+
+def test_upstream_merging_patch_2_and_fixing_patch_3_its_own_way(
+        opt_fixed: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch 2 `fixed upstream` and merged as upstream's commit; patch 3 `partly fixed upstream` with the cases of
+    its ALLOC_FAILED contract left; `--drop-fixed` would drop patch 2 only."""
+    project, pin, merged, fixed = opt_fixed
+    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
+
+    rows = dry_run(project, fixed, capsys, "--backend", "cpu", pin=pin)
+
+    got = verdicts(rows)
+    # patch 2: upstream's first commit is its diff; its tests (test-opt, test-llama-archs --opt) pass there in every
+    # run, and the control is its declared before-evidence: the test part does not compile on the old pin
+    merged_commit = load_pin(merged).commit
+    assert rows["0002"]["merged_as"] == merged_commit
+    assert got["0002"][1] == FIXED, rows["0002"]["fixed_upstream"]
+    assert "Patchset-Before: build-fails" in rows["0002"]["fixed_upstream"]["evidence"]
+    # patch 3: its test part (test-opt's cases, public API only) on upstream's fix; the control is the old pin with
+    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass). The text: patch 2
+    # conflicts (upstream changed its lines since), patch 3 depends on it
+    assert got["0003"][1] == PARTLY_FIXED, rows["0003"]["fixed_upstream"]
+    assert got["0003"][2] == ALLOC_FAILED_CONTRACT
+    assert sorted(got["0003"][3]) == sorted(FIXED_ANOTHER_WAY)
+    assert "merged_as" not in rows["0003"]
+    assert (got["0002"][0], got["0003"][0]) == ("conflict", "depends")
+    # the others are not for this backend, or have no test part
+    for k in ("0001", "0004", "0005"):
+        assert got[k][1] == CANNOT_TELL
+    # bump --drop-fixed would leave out patch 2 only, and stops on patch 3 (a person keeps what is left of it)
+    checked = RebaseReport.from_json({"old": "", "new": "", "dry_run": True, "patches": list(rows.values())})
+    partly, fixed_there, unsure = upstream_fixed(checked)
+    assert ([p.patch[:4] for p in partly], [p.patch[:4] for p in fixed_there], unsure) == (["0003"], ["0002"], [])

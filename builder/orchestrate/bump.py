@@ -339,12 +339,8 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     except PatchsetError as e:
         raise _stage_error(REBASE, e) from e
     ids = {name: pid for pid, name in droplog.series_patch_ids(load_series(scratch.patches_dir)).items()}
-    partly = [p for p in checked.patches if p.fix and p.fix.verdict == PARTLY_FIXED]
-    drops = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in checked.patches
-             if p not in partly and _fixed(p)]
-    # upstream has its diff elsewhere, but no controlled run says the bug is gone: a person decides
-    unsure = [p for p in checked.patches if p.merged_as and p not in partly and not _fixed(p)
-              and not (p.fix and p.fix.verdict == NOT_FIXED)]
+    partly, fixed, unsure = upstream_fixed(checked)
+    drops = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in fixed]
     if partly or unsure or (drops and not opts.drop_fixed):
         raise _Failed(REBASE, FIXED, fixed_advice(partly, drops, opts, unsure), tuple(p.patch for p in partly)
                       + tuple(p.patch for p in unsure) + tuple(d.patch for d in drops), found=checked)
@@ -368,6 +364,17 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
                                       outcome=DROPPED if p.patch in left else done[p.patch].outcome)
                   for p in checked.patches)
     return dataclasses.replace(result.report, patches=table), records
+
+
+def upstream_fixed(checked: RebaseReport) -> tuple[list[PatchReport], list[PatchReport], list[PatchReport]]:
+    """What the bump makes of the dry run's verdicts: (partly fixed: a person keeps what is left of each; fixed:
+    `--drop-fixed` leaves them out, and without it the bump stops on them; merged as an upstream commit but no
+    controlled run says the bug is gone: a person decides). With any of the first or the third the bump stops."""
+    partly = [p for p in checked.patches if p.fix and p.fix.verdict == PARTLY_FIXED]
+    fixed = [p for p in checked.patches if p not in partly and _fixed(p)]
+    unsure = [p for p in checked.patches if p.merged_as and p not in partly and not _fixed(p)
+              and not (p.fix and p.fix.verdict == NOT_FIXED)]
+    return partly, fixed, unsure
 
 
 def _fixed(p: PatchReport) -> bool:

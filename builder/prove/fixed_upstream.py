@@ -66,6 +66,9 @@ class _Run:
     """The cases seen passing, and `program: the program failed` of each program that passed as a whole."""
     verdict: str = testrun.TREE_NOTHING
     """The tree's verdict by verify's rule (`testrun.tree_verdict`)."""
+    stopped: tuple[str, ...] = ()
+    """The programs that did not run to their end (killed by a signal, or stopped at the time limit): the
+    cases after the one they stopped in were not run."""
     summary: str = ""
 
     @property
@@ -181,9 +184,13 @@ class _Checker:
                                f"passed in one run of {CONFIRM_RUNS} on one tree and failed in another: a flaky "
                                "test does not show whether upstream fixed the bug")
         evidence += f" (each tree run {CONFIRM_RUNS} times, the same cases failing)"
-        still = tuple(c for c in new.failing if c in old.failing)
+        unreached = _unreached(new, old)
+        still = tuple(c for c in new.failing if c in old.failing or c in unreached)
         passing = tuple(c for c in old.failing if c in new.passing)
-        other = [c for c in new.failing if c not in old.failing]
+        other = [c for c in new.failing if c not in old.failing and c not in unreached]
+        if unreached:
+            evidence += f"; still failing, not reached on the old pin (its run stopped before them): " \
+                f"{', '.join(unreached)}"
         unseen = [c for c in old.failing if c not in new.passing and c not in new.failing]
         if other or unseen:
             why = "; ".join(filter(None, [f"failing only on the new upstream: {', '.join(other)}" if other else "",
@@ -276,6 +283,7 @@ class _Checker:
         passing: list[str] = []
         summaries = []
         verdicts = []
+        stopped: list[str] = []
         logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
         for i, t in enumerate(tests, 1):
             inv = _invocation(t, backend)
@@ -293,11 +301,13 @@ class _Checker:
             if r.verdict == testrun.PASSED:
                 passing.append(whole)
             verdicts.append(r.verdict)
+            if r.signal_name or r.timed_out:
+                stopped.append(t.program)
             how = f"{r.signal_name or f'exit {r.returncode}'}, " if r.verdict in (testrun.FAILED, testrun.CRASHED) \
                 and not r.failed else ""
             summaries.append(f"{t} {r.verdict} ({how}{r.passed} passed, {r.failed} failed)")
         return _Run(True, failing=tuple(failing), passing=tuple(c for c in passing if c not in failing),
-                    verdict=testrun.tree_verdict(verdicts), summary="; ".join(summaries))
+                    verdict=testrun.tree_verdict(verdicts), summary="; ".join(summaries), stopped=tuple(stopped))
 
 
 def _flaky(runs: list[_Run]) -> list[str]:
@@ -306,6 +316,14 @@ def _flaky(runs: list[_Run]) -> list[str]:
     if len(failing) < 2:
         return []
     return [c for r in runs for c in r.failing if any(c not in f for f in failing)]
+
+
+def _unreached(new: _Run, old: _Run) -> list[str]:
+    """The cases that fail on the new upstream and that the old pin's run never reached: their program stopped
+    there (a crash, the time limit) before them, and they were neither failing nor passing there. What is left of
+    the patch, not a case that fails only on the new upstream: the old run says nothing of them either way."""
+    return [c for c in new.failing if c not in old.failing and c not in old.passing
+            and c.split(" ", 1)[0] in old.stopped and not c.endswith(": the program failed")]
 
 
 def _only_new(new: _Run, old: _Run) -> str:

@@ -6,6 +6,7 @@ tests only (the tree `verify` calls "before"): `test-backend-ops test -b MTL0-RE
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -50,6 +51,19 @@ def test_trace_notes_name_the_short_dispatches() -> None:
     assert ("ACC 'out' [4096,3,1,1]: kernel_cpy_f32_f32 grid 3x1x1 of 1024x1x1 threads wrote 3072 of 12288 elements "
             "(columns 0..1023 of 4096-wide rows): 9216 left stale") in "\n".join(notes)
     assert trace_notes(TRACE, limit=2)[-1].startswith("... and 4 more")
+
+
+def test_trace_tells_a_failed_lookup_from_an_access_through_a_nil_buffer(tmp_path: Path) -> None:
+    """A dispatch after a failed lookup is not run; one that binds a nil buffer runs (a zero-size buffer's nil buffer
+    is bound as Metal binds it) and only its accesses through the nil buffer are the fault."""
+    base = json.loads(TRACE.read_text().splitlines()[0])
+    lines = [dict(base, nil=True, ran=False), dict(base, nil=True, ran=True), dict(base, nil=False, ran=True)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    failed, accessed, plain = (d.describe() for d in read_trace(trace))
+    assert failed.endswith(": a failed buffer lookup is bound (not run)")
+    assert accessed.endswith(": read or wrote through a nil buffer (not performed)")
+    assert "nil" not in plain
 
 
 def test_bad_trace_line_names_file_and_line(tmp_path: Path) -> None:

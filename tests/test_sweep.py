@@ -34,6 +34,7 @@ from builder.prove.sweep import (
     split_entries,
     sweep_dict,
     sweep_junit,
+    tree_invocations,
 )
 from tests.test_testrun import compile_c
 
@@ -213,6 +214,21 @@ def test_json_and_junit_name_regressions_and_only_those_fail(tmp_path: Path) -> 
     assert cases["B(x=1)"].find("failure") is None and cases["B(x=1)"].find("skipped") is not None
     assert len(list(cases["C(x=1)"])) == 0
     assert root.find("testsuite").get("failures") == "1"
+
+
+def test_each_tree_runs_only_the_programs_its_backend_can_run() -> None:
+    """The replay builds test-backend-ops alone: the sweep asks neither tree for test-opt or the series' own
+    programs there (a replay run of `--against upstream -o CPY` stopped at the missing test-opt), and
+    traces the replay's dispatches as `patchset test` does; the CPU runs every program it built."""
+    declared = [("test-backend-ops", ("-o", "ACC")), ("test-metal-buffer-lookup", ())]
+    built = {"test-metal-buffer-lookup"}
+    replay = tree_invocations(SweepOptions(backend="metal-replay", ops=("CPY", "DUP")), "test", declared, built)
+    assert [i.program for i in replay] == ["test-backend-ops"]
+    assert replay[0].args[:5] == ("test", "-o", "CPY,DUP", "-b", "MTL0-REPLAY")
+    assert replay[0].trace_env == "GGML_METAL_REPLAY_TRACE"
+    cpu = tree_invocations(SweepOptions(backend="cpu", workers=2), "test", declared, built)
+    assert [i.program for i in cpu] == ["test-opt", "test-backend-ops", "test-metal-buffer-lookup"]
+    assert cpu[1].args[-2:] == ("-j", "2") and cpu[0].trace_env is None
 
 
 def test_cli_refuses_what_cannot_run_here_before_building(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,8 +43,10 @@ class Dispatch:
         g, t = "x".join(map(str, self.grid)), "x".join(map(str, self.threads))
         ne = ",".join(map(str, self.node_ne))
         what = f"compute {self.compute} {self.op or '?'} '{self.node}' [{ne}]: {self.kernel} grid {g} of {t} threads"
+        if self.nil and not self.ran:
+            return f"{what}: a failed buffer lookup is bound (not run)"
         if self.nil:
-            return f"{what}: a nil buffer is bound (not run)"
+            return f"{what}: read or wrote through a nil buffer (not performed)"
         if not self.ran:
             return f"{what}: not run ({'no CPU model' if not self.modelled else 'the model rejected it'})"
         text = f"{what} wrote {self.writes} of {self.expect} elements"

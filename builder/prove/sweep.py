@@ -385,6 +385,19 @@ def excludable(base: tuple[str, ...], name: str) -> bool:
 
 
 # -- the trees ----------------------------------------------------------------------------------------
+def tree_invocations(opts: SweepOptions, mode: str, declared: list[tuple[str, tuple[str, ...]]],
+                     built: set[str]) -> list[Invocation]:
+    """What the sweep runs on one tree: `patchset test`'s plan for the backend (only the programs its
+    profile can run, with its trace), and of the series' own programs those in `built`."""
+    prof = buildmod.profile(opts.backend)
+    extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS and prog in built]
+    invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra,
+                        prof.programs, prof.trace_env)
+    if opts.workers > 1:
+        invs = [replace(i, args=(*i.args, "-j", str(opts.workers))) if i.program == TBO else i for i in invs]
+    return invs
+
+
 def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = None) -> SweepReport:
     progress = progress or NullProgress()
     start = time.monotonic()
@@ -414,7 +427,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     patched_commit = git.rev(PATCHED) or ""
     # a program of the series' own is the same test in both trees only when the series leaves its
     # source alone: a pin without the option a patch added (test-llama-archs --opt) would only fail
-    same = tuple(prog for prog in programs_for(src, series) if prog in buildmod.DEFAULT_PROGRAMS
+    same = tuple(prog for prog in programs_for(src, series, opts.backend) if prog in buildmod.DEFAULT_PROGRAMS
                  or git.blob(other_commit, f"tests/{prog}.cpp") == git.blob(patched_commit, f"tests/{prog}.cpp"))
     other_spec = buildmod.BuildSpec(
         source=src, build_dir=build_dir(project, opts.backend, f"against-{safe}"), backend=opts.backend,
@@ -427,11 +440,9 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
     tbo_inv: dict[str, Invocation] = {}
 
     def run_tree(label: str, commit: str, result: buildmod.BuildResult, sink: ProgressSink) -> TreeRun:
-        extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS
-                 and (result.bin_dir / prog).exists() and (label == "patched" or prog in same)]
-        invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra)
-        if opts.workers > 1:
-            invs = [replace(i, args=(*i.args, "-j", str(opts.workers))) if i.program == TBO else i for i in invs]
+        built = {prog for prog, _ in declared if (result.bin_dir / prog).exists()
+                 and (label == "patched" or prog in same)}
+        invs = tree_invocations(opts, mode, declared, built)
         log_dir = project.state_dir / "sweep" / f"{opts.backend}-{mode}" / ("patched" if label == "patched" else
                                                                           f"against-{safe}")
         runner = TreeRunner(result.bin_dir, log_dir, set(), opts.timeout_s, sink)

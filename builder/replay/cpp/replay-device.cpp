@@ -336,13 +336,27 @@ void ggml_metal_encoder_set_bytes(ggml_metal_encoder_t encoder, void * data, siz
     encoder->has_bytes[idx] = true;
 }
 
+// whether the tree's lookup marked the buffer as failed: patch 1's `failed` member (a tree without it marks none, and
+// its encoder binds a nil buffer as Metal does)
+template <typename B>
+static auto replay_lookup_failed(const B & buffer, int) -> decltype(buffer.failed) {
+    return buffer.failed;
+}
+
+template <typename B>
+static bool replay_lookup_failed(const B &, long) {
+    return false;
+}
+
 void ggml_metal_encoder_set_buffer(ggml_metal_encoder_t encoder, struct ggml_metal_buffer_id buffer, int idx) {
     GGML_ASSERT(idx >= 0 && idx < REPLAY_MAX_BINDINGS);
 
     encoder->bufs[idx]    = buffer;
     encoder->has_buf[idx] = true;
 
-    if (buffer.metal == nullptr) {
+    // as the tree's encoder (patch 1): a failed lookup stops the dispatches; a nil buffer alone (a zero-size buffer,
+    // an absent source) is bound, and only a kernel that accesses it fails
+    if (replay_lookup_failed(buffer, 0)) {
         encoder->has_nil_buffer = true;
     }
 }
@@ -437,14 +451,15 @@ void ggml_metal_encoder_dispatch_threadgroups(ggml_metal_encoder_t encoder, int 
     }
 
     replay_binding bufs[REPLAY_MAX_BINDINGS];
-    bool nil = false;
+    // a failed lookup was bound: the tree's encoder does not dispatch
+    bool nil = encoder->has_nil_buffer;
     for (int i = 0; i < REPLAY_MAX_BINDINGS; ++i) {
         if (!encoder->has_buf[i]) {
             continue;
         }
         const replay_mtl_buffer * mb = (const replay_mtl_buffer *) encoder->bufs[i].metal;
         if (mb == nullptr) {
-            nil = true;
+            // a nil buffer: every access through it is counted, none is performed
             continue;
         }
         const size_t offs = encoder->bufs[i].offs;
@@ -456,11 +471,10 @@ void ggml_metal_encoder_dispatch_threadgroups(ggml_metal_encoder_t encoder, int 
     bool ran = false;
 
     if (nil) {
-        // on the GPU the kernel would read or write through a nil buffer: count the dispatch against the graph being
-        // encoded and do not run it
-        GGML_LOG_ERROR("%s: %s: a nil buffer is bound; the dispatch is not run\n", __func__, ppl->name.c_str());
+        // a failed lookup is bound: the tree's encoder does not dispatch; count it against the graph being encoded
+        GGML_LOG_ERROR("%s: %s: a failed buffer lookup is bound; the dispatch is not run\n", __func__, ppl->name.c_str());
         if (replay_nil_counter * c = replay_current_counter()) {
-            c->record(c->n_nil_dispatches, ppl->name + " (nil buffer bound)");
+            c->record(c->n_nil_dispatches, ppl->name + " (failed lookup bound)");
         }
     } else if (ppl->model == nullptr) {
         GGML_LOG_ERROR("%s: no CPU model of kernel %s: the dispatch is not run\n", __func__, ppl->base.c_str());
@@ -480,6 +494,14 @@ void ggml_metal_encoder_dispatch_threadgroups(ggml_metal_encoder_t encoder, int 
         if (eff.n_oob > 0) {
             GGML_LOG_WARN("%s: %s: %" PRIu64 " access(es) outside of the bound buffers (not performed)\n", __func__,
                     ppl->name.c_str(), eff.n_oob);
+        }
+        if (eff.n_nil > 0) {
+            // on the GPU the kernel would read or write through a nil buffer
+            nil = true;
+            GGML_LOG_ERROR("%s: %s: %" PRIu64 " access(es) through a nil buffer\n", __func__, ppl->name.c_str(), eff.n_nil);
+            if (replay_nil_counter * c = replay_current_counter()) {
+                c->record(c->n_nil_dispatches, ppl->name + " (nil buffer accessed)");
+            }
         }
     }
 
@@ -698,6 +720,10 @@ bool ggml_metal_device_supports_op(ggml_metal_device_t dev, const struct ggml_te
         case GGML_OP_SET:
             return replay_tree_supports_cpy(op->src[0]->type, op->type) &&
                 replay_has_cpy_model(op->src[0]->type, op->type) && replay_has_cpy_model(op->src[1]->type, op->type);
+        case GGML_OP_CONCAT:
+            // the real device takes more types; the model is of kernel_concat_f32
+            return op->type == GGML_TYPE_F32 && op->src[0]->type == GGML_TYPE_F32 && op->src[1]->type == GGML_TYPE_F32 &&
+                replay_model_find("kernel_concat_f32") != nullptr;
         case GGML_OP_CPY:
         case GGML_OP_DUP:
         case GGML_OP_CONT:
@@ -835,7 +861,8 @@ ggml_metal_buffer_t ggml_metal_buffer_map(ggml_metal_device_t dev, void * ptr, s
 
     res->buffers[0].data  = ptr;
     res->buffers[0].size  = size;
-    res->buffers[0].metal = replay_mtl_new(dev, (char *) ptr, size, false);
+    // Metal makes no buffer of size 0: a zero-size mapping has a nil one
+    res->buffers[0].metal = size > 0 ? replay_mtl_new(dev, (char *) ptr, size, false) : nullptr;
 
     return res;
 }
@@ -922,7 +949,7 @@ void ggml_metal_buffer_clear(ggml_metal_buffer_t buf, uint8_t value) {
 }
 
 struct ggml_metal_buffer_id ggml_metal_buffer_get_id(ggml_metal_buffer_t buf, const struct ggml_tensor * t) {
-    struct ggml_metal_buffer_id res = { nullptr, 0 };
+    struct ggml_metal_buffer_id res = {};
 
     const int64_t tsize = ggml_nbytes(t);
 
@@ -940,8 +967,9 @@ struct ggml_metal_buffer_id ggml_metal_buffer_get_id(ggml_metal_buffer_t buf, co
 
     GGML_LOG_ERROR("%s: error: tensor '%s' buffer is nil\n", __func__, t->name);
 
-    // counted against the graph being encoded on this thread, if any (as patch 1 does)
-    if (replay_nil_counter * c = replay_current_counter()) {
+    // counted against the graph being encoded on this thread, if any (as patch 1 does: not for a tensor with no bytes)
+    replay_nil_counter * c = ggml_nbytes(t) > 0 ? replay_current_counter() : nullptr;
+    if (c) {
         c->record(c->n_nil_lookups, std::string("tensor '") + t->name + "' (buffer lookup failed)");
     }
 

@@ -55,6 +55,7 @@ struct dev_ptr {
         T v;
         if (!in_bounds(i)) {
             eff->n_oob++;
+            eff->n_nil += buf->data == nullptr;
             memset(&v, 0, sizeof(v));
             return v;
         }
@@ -65,6 +66,7 @@ struct dev_ptr {
     void store(int64_t i, T v) const {
         if (!in_bounds(i)) {
             eff->n_oob++;
+            eff->n_nil += buf->data == nullptr;
             return;
         }
         memcpy(buf->data + offs + (uint64_t) i*sizeof(T), &v, sizeof(T));
@@ -271,12 +273,71 @@ static bool model_bin_fuse_f32(
     return true;
 }
 
+//
+// kernels/quantize.metal: kernel_concat<T>, constant ggml_metal_kargs_concat & args, buffer(1) src0, buffer(2) src1,
+//   buffer(3) dst; a threadgroup per row (or per ntg.y rows), its threads along the row
+//
+template <typename T>
+static bool model_concat(
+        const void * args_p, size_t args_size,
+        const replay_binding * bufs, int n_bufs,
+        const replay_fc & fc,
+        const replay_grid & grid,
+        replay_effect & eff) {
+    (void) fc;
+    if (args_size != sizeof(ggml_metal_kargs_concat) || n_bufs < 4) {
+        return false;
+    }
+
+    ggml_metal_kargs_concat args;
+    memcpy(&args, args_p, sizeof(args));
+
+    const replay_binding & src0 = bufs[1];
+    const replay_binding & src1 = bufs[2];
+    const replay_binding & dst  = bufs[3];
+
+    typedef typename T::storage S;
+
+    eff.n_expect = (uint64_t) ((int64_t) args.ne0*args.ne1*args.ne2*args.ne3);
+    eff.row_len  = args.ne0;
+
+    for_each_thread(grid, eff, [&](const uint32_t * tgpig, const uint16_t * tpitg, const uint16_t * ntg) {
+        const int i3 = tgpig[2];
+        const int i2 = tgpig[1];
+        const int i1 = ntg[1] == 1 ? tgpig[0] : tgpig[0]*ntg[1] + tpitg[1];
+
+        if (i1 >= args.ne1) {
+            return;
+        }
+
+        int o[4] = {0, 0, 0, 0};
+        o[args.dim] = args.dim == 0 ? args.ne00 : (args.dim == 1 ? args.ne01 : (args.dim == 2 ? args.ne02 : args.ne03));
+
+        for (int i0 = tpitg[0]; i0 < args.ne0; i0 += ntg[0]) {
+            dev_ptr<S> x = (i0 < args.ne00 && i1 < args.ne01 && i2 < args.ne02 && i3 < args.ne03)
+                ? dptr<S>(src0, (uint64_t) (i3)*args.nb03 + (uint64_t) (i2)*args.nb02 + (uint64_t) (i1)*args.nb01 +
+                                (uint64_t) (i0)*args.nb00, eff)
+                : dptr<S>(src1, (uint64_t) (i3 - o[3])*args.nb13 + (uint64_t) (i2 - o[2])*args.nb12 +
+                                (uint64_t) (i1 - o[1])*args.nb11 + (uint64_t) (i0 - o[0])*args.nb10, eff);
+
+            const dev_ptr<S> y = dptr<S>(dst, (uint64_t) i3*args.nb3 + (uint64_t) i2*args.nb2 + (uint64_t) i1*args.nb1 +
+                                              (uint64_t) i0*args.nb0, eff);
+
+            y.store(0, x.load(0));
+            note_col(eff, i0);
+        }
+    });
+
+    return true;
+}
+
 } // namespace
 
 // the text of the kernels as of the tree the models were written from (llama.cpp b11312); when the tree's text
 // changes, the selftest says so and the model must be read against the new text and its hash updated
 #define BODY_CPY_T_T       0x720a7ca713b8e2b7ULL
 #define BODY_BIN_FUSE_IMPL 0xbe9b901ef3c3e688ULL
+#define BODY_CONCAT        0x9d4f6046bca5fed6ULL
 
 #define CPY_MODEL(name, t0, t1) \
     { "kernel_cpy_" name, "kernels/quantize.metal", "kernel_cpy_t_t", "ggml_metal_kargs_cpy", BODY_CPY_T_T, model_cpy_t_t<t0, t1> }
@@ -297,6 +358,8 @@ const std::vector<replay_model> & replay_models() {
           BODY_BIN_FUSE_IMPL, model_bin_fuse_f32<1> },
         { "kernel_bin_fuse_f32_f32_f32_4", "kernels/binbcast.metal", "kernel_bin_fuse_impl", "ggml_metal_kargs_bin",
           BODY_BIN_FUSE_IMPL, model_bin_fuse_f32<4> },
+        { "kernel_concat_f32", "kernels/quantize.metal", "kernel_concat", "ggml_metal_kargs_concat", BODY_CONCAT,
+          model_concat<m_float> },
     };
     return models;
 }

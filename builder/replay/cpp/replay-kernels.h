@@ -27,6 +27,7 @@ struct replay_effect {
     uint64_t n_writes  = 0; // elements written to the destination
     uint64_t n_expect  = 0; // elements the arguments say the dispatch must write (0: not known)
     uint64_t n_oob     = 0; // accesses outside of a bound buffer (not performed)
+    uint64_t n_nil     = 0; // of those, accesses through a nil buffer
 
     // for kernels that write rows: the lowest and highest column written, and the row width
     int64_t col_min = -1;

@@ -29,6 +29,8 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
                        "PROJECT/.patchset)"),
     *((name, f"time limit in seconds of {what} (default: {default:g})")
       for name, (default, what) in proc.TIMEOUTS.items()),
+    ("PATCHSET_CMAKE_ARGS", "more -D options for every build of a tree, after patchset's own (the "
+                            "evidence's host and key record them)"),
     ("CC, CXX", "the compilers CMake takes (the evidence records $CXX's version, else c++'s)"),
     ("NO_COLOR", "set: no colours in the output"),
     ("CI", "set: no progress bars (they are drawn only on a terminal anyway)"),

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import objc_toolchain_found
 
-from builder.build import metalcheck, sdiag
+from builder.build import cmakebuild, metalcheck, sdiag
 from builder.build.cmakebuild import BuildSpec, build, first_error
 from builder.build.toolchain import find_ccache, find_tool
-from builder.errors import BuildError
+from builder.errors import BuildError, InputError
+from builder.prove import evidence
 
 GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
 CALC_H = '#pragma once\n#ifdef __cplusplus\nextern "C" {\n#endif\nint calc(int);\n#ifdef __cplusplus\n}\n#endif\n'
@@ -115,14 +116,36 @@ def test_another_tree_in_the_same_folder_builds_from_nothing_of_the_last(tmp_pat
     assert "FAIL" in out, out
 
 
-def test_test_programs_are_compiled_at_O1_and_ggml_at_its_own_flags(tmp_path: Path) -> None:
+def _optimization_flags(build_dir: Path) -> dict[str, list[str]]:
+    return {Path(e["file"]).name: re.findall(r"(?<!\S)-O\w*", e["command"])
+            for e in json.loads(subprocess.run([find_tool("ninja").path, "-C", build_dir, "-t", "compdb"],
+                                               capture_output=True, text=True, check=True).stdout)}
+
+
+def test_test_programs_are_compiled_at_O1_and_ggml_at_its_own_flags(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cmakebuild.CMAKE_ARGS_ENV)  # the suite's own -O0 (conftest.py): patchset's defaults here
     r = build(spec(make_tree(tmp_path / "tree"), tmp_path / "build"))
     assert r.ok
-    flags = {Path(e["file"]).name: re.findall(r"(?<!\S)-O\w*", e["command"])
-             for e in json.loads(subprocess.run([find_tool("ninja").path, "-C", r.build_dir, "-t", "compdb"],
-                                                capture_output=True, text=True, check=True).stdout)}
+    flags = _optimization_flags(r.build_dir)
     assert flags["test-calc.cpp"][-1] == "-O1", flags  # the last one wins
     assert flags["calc.c"] == ["-O3"], flags
+
+
+def test_the_users_cmake_args_reach_every_build_and_the_evidence_names_them(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cmakebuild.CMAKE_ARGS_ENV, "'-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG'")
+    r = build(spec(make_tree(tmp_path / "tree"), tmp_path / "build"))
+    assert r.ok
+    assert _optimization_flags(r.build_dir)["calc.c"] == ["-O0"]
+    assert evidence.host_info()["cmake_args"] == "'-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG'"
+    monkeypatch.delenv(cmakebuild.CMAKE_ARGS_ENV)
+    assert "cmake_args" not in evidence.host_info()
+    # options as they came from a shell; one that is not a -D cache setting, or bad quoting, is refused
+    for bad, says in (("-DA=1 --fresh", "'--fresh' is not a -D option"), ("'-DA=1", "No closing quotation")):
+        monkeypatch.setenv(cmakebuild.CMAKE_ARGS_ENV, bad)
+        with pytest.raises(InputError, match=f"PATCHSET_CMAKE_ARGS: .*{re.escape(says)}"):
+            build(spec(make_tree(tmp_path / "tree2"), tmp_path / "build2"))
 
 
 def test_missing_test_program_fails_at_configure(tmp_path: Path) -> None:

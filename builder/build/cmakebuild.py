@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -190,6 +191,24 @@ class BuildResult:
         return self.ccache_hits / total if total else None
 
 
+CMAKE_ARGS_ENV = "PATCHSET_CMAKE_ARGS"
+"""More configure options for every build of a tree (shell words), after patchset's own: the build
+record and the evidence's host and key name them."""
+
+
+def user_cmake_args() -> tuple[str, ...]:
+    """The options of `$PATCHSET_CMAKE_ARGS`, split as a shell would; each must be a -D option."""
+    text = os.environ.get(CMAKE_ARGS_ENV, "")
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as e:
+        raise InputError(f"${CMAKE_ARGS_ENV}: {e} in {text!r}") from None
+    for w in words:
+        if not w.startswith("-D"):
+            raise InputError(f"${CMAKE_ARGS_ENV}: {w!r} is not a -D option (only cache settings are taken)")
+    return words
+
+
 def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, *, llama: tuple[str, ...],
                llama_common: str) -> list[str]:
     """The configure options of `spec`; `llama` (llama_programs) and `llama_common` are the minimal
@@ -215,7 +234,7 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, *, llama: tuple
             args.append(f"-DPATCHSET_LLAMA_COMMON={llama_common}")
     else:
         args += list(_FULL_ARGS)
-    return args + list(spec.extra_cmake_args)
+    return args + list(user_cmake_args()) + list(spec.extra_cmake_args)
 
 
 def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:

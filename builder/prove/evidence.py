@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builder import proc
+from builder.build.cmakebuild import CMAKE_ARGS_ENV
 from builder.errors import ProcessError
 from builder.fsutil import atomic_write_text
 from builder.prove import cases
@@ -81,8 +82,12 @@ def host_info(cxx: str | None = None) -> dict:
         compiler = proc.run([*argv, "--version"], timeout=30).stdout.splitlines()[0]
     except (ProcessError, IndexError, ValueError, OSError):
         compiler = "unknown"
-    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+    host = {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "compiler": compiler}
+    extra = os.environ.get(CMAKE_ARGS_ENV, "").strip()
+    if extra:  # configure options the user added change what was built: the evidence says so
+        host["cmake_args"] = extra
+    return host
 
 
 def paths(evidence_dir: Path, patch: str, backend: str) -> tuple[Path, Path]:

@@ -39,9 +39,13 @@ class ProofKeys:
     @staticmethod
     def inputs_of(patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
         """What a proof depends on besides its trees and the compiler (which `key` and `depends_now` add)."""
-        return {"backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
-                "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
-                "harness": buildmod.harness_digest(backend)}
+        inputs: dict[str, object] = {
+            "backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
+            "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+            "harness": buildmod.harness_digest(backend)}
+        if extra := buildmod.user_cmake_args():  # absent when unset: keys made without it stay the same
+            inputs["cmake_args"] = list(extra)
+        return inputs
 
     def host_info(self) -> dict:
         if self._host is None:

@@ -3,6 +3,8 @@ fix of patch 5's bug (the Metal ACC and SET copy of src0 for wide rows), written
 (tests/data/fixed-upstream: the hand-rolled dispatch covers every column block, no shared helper), first for
 ACC only, then for SET too. Patch 5's own test (`test-backend-ops test -o ACC,SET` on the host-side Metal
 replay) decides: partly fixed, with exactly the SET cases left, then fixed, while the text says conflict.
+The same history then merges patch 2 as is and fixes patch 3's bug its own way (issue 30's scenario): patch 2
+fixed and merged as that commit, patch 3 partly fixed, on the CPU, in the same dry run as patch 5.
 
 Kept cheap (CI time): the check builds in verify's folders, and this module shares the session's project
 (`real_project`, conftest.py) with test_integration_build and test_integration_replay, compiling relative to
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from helpers import UPSTREAM_FIXES, pin_toml, real_pin_moved_on
@@ -28,6 +31,22 @@ from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration
+
+
+class Moved(NamedTuple):
+    project: Path
+    pin: Path
+    """The pin as a commit of the moved upstream's history (for `merged as`)."""
+    acc: Path
+    """Upstream with its own fix of patch 5's bug for ACC."""
+    both: Path
+    """... and for SET."""
+    merged: Path
+    """... and patch 2 merged as is."""
+    fixed: Path
+    """... and its own fix of patch 3's bug."""
+    unrelated: Path
+    """The pin and a commit that touches none of our bugs."""
 
 # the cases patch 5 adds that fail without its fix on the replay (docs/evidence/metal-replay): the ACC ones and
 # the SET ones that copy src0 (not in place)
@@ -45,16 +64,30 @@ SET_CASES = [
 
 @pytest.fixture(scope="module")
 def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
-          ) -> tuple[Path, Path, Path, Path]:
-    """(project folder, pin of upstream with the ACC fix, pin of upstream with the ACC and SET fixes, pin of
-    upstream with a commit that touches none of our bugs)."""
+          ) -> Moved:
+    """Upstream moving on from the pin, in one history (one set of builds for the modules' checks): its own fix
+    of patch 5's bug for ACC, then for SET, then patch 2 merged as is, then its own fix of patch 3's bug; and,
+    apart, a commit that touches none of our bugs.
+
+    The cache holds the pin as imported from the source archive: a stand-in commit with the pin's tree and no
+    history, which the dry run rightly compares no patch-ids from. Upstream here is made on that commit, so a pin
+    that names it, with this upstream as its git source (the same tree: the same trees and builds), has the
+    history `merged as` reads."""
     if "metal-replay" not in available_backends():
         pytest.skip("the host-side Metal replay needs a C++ compiler")
     base = tmp_path_factory.mktemp("fixed-upstream")
-    acc, both = real_pin_moved_on(real_pin_cache, base / "upstream", [UPSTREAM_FIXES / "metal-acc-wide-rows.patch",
-                                                                       UPSTREAM_FIXES / "metal-set-wide-rows.patch"])
+    patch2 = next(real_project.patches_dir.glob("0002-*.patch"))
+    acc, both, merged, fixed = real_pin_moved_on(
+        real_pin_cache, base / "upstream", [UPSTREAM_FIXES / "metal-acc-wide-rows.patch",
+                                            UPSTREAM_FIXES / "metal-set-wide-rows.patch", patch2,
+                                            UPSTREAM_FIXES / "ggml-opt-eval-realloc.patch"])
     (unrelated,) = real_pin_moved_on(real_pin_cache, base / "unrelated", [UPSTREAM_FIXES / "readme-unrelated.patch"])
-    return real_project.root, acc, both, unrelated
+    pin = load_pin(real_project.pin_file)
+    stand_in = upstream.fetch(real_pin_cache, pin).commit
+    old = base / "pin.toml"
+    old.write_text(pin_toml(stand_in, pin.tree, [{"kind": "git", "url": (base / "upstream" / "upstream.git").as_uri()}],
+                            repository=pin.repository, tag=pin.tag or None, date=pin.date))
+    return Moved(real_project.root, old, acc, both, merged, fixed, unrelated)
 
 
 def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extra: str, rc: int = 3,
@@ -75,43 +108,54 @@ def verdicts(rows: dict[str, dict]) -> dict[str, tuple[str, str, list[str], list
                 r["fixed_upstream"]["now_passing"]) for k, r in rows.items()}
 
 
-def test_upstream_fixing_acc_and_set_its_own_way_is_fixed_upstream(
-        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+def test_upstream_fixing_our_bugs_its_own_way_and_merging_patch_2(
+        moved: Moved, real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every backend as by default: each patch on the first backend of its proof that this machine has."""
-    project, _acc, both, _unrelated = moved
+    """Every backend as by default: each patch on the first backend of its proof that this machine has. Patch 5
+    `fixed upstream`; patch 2 `fixed upstream` and merged as upstream's commit; patch 3 `partly fixed upstream`
+    with the cases of its ALLOC_FAILED contract left (issue 30's scenario); `--drop-fixed` would drop 2 and 5."""
     monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
 
-    rows = dry_run(project, both, capsys)
+    rows = dry_run(moved.project, moved.fixed, capsys, pin=moved.pin)
 
     got = verdicts(rows)
     # controlled: every case failed on the old pin (the control) and passes here, in each run
     assert got["0005"][:3] == ("conflict", FIXED, [])
     assert sorted(got["0005"][3]) == sorted(ACC_CASES + SET_CASES)
     assert "[metal-replay]" in rows["0005"]["fixed_upstream"]["evidence"]
-    # patch 2: its test uses the status the fix returns, so without the fix the test part does not compile, on
-    # the old pin as on this upstream (Patchset-Before: build-fails); upstream did not touch ggml-opt: not fixed,
-    # with the compiler's error in the test part
-    assert got["0002"] == ("clean", NOT_FIXED, [], []), rows["0002"]["fixed_upstream"]
-    assert "tests/test-opt.cpp:" in rows["0002"]["fixed_upstream"]["evidence"]
-    # patch 3: its cases use the public API only, so they run there (on top of patch 2) and still fail, as on the pin
-    assert got["0003"][:2] == ("clean", NOT_FIXED), rows["0003"]["fixed_upstream"]
-    assert got["0003"][2] and not got["0003"][3], rows["0003"]["fixed_upstream"]
+    # patch 2: upstream's third commit is its diff; its tests (test-opt, test-llama-archs --opt) pass there in every
+    # run, and the control is its declared before-evidence: the test part does not compile on the old pin
+    assert rows["0002"]["merged_as"] == load_pin(moved.merged).commit
+    assert got["0002"][1] == FIXED, rows["0002"]["fixed_upstream"]
+    assert "Patchset-Before: build-fails" in rows["0002"]["fixed_upstream"]["evidence"]
+    # patch 3: its test part (test-opt's cases, public API only) on upstream's fix; the control is the old pin with
+    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass). The text: patch 2
+    # conflicts (upstream changed its lines since), patch 3 depends on it
+    assert got["0003"][1] == PARTLY_FIXED, rows["0003"]["fixed_upstream"]
+    assert got["0003"][2] == ALLOC_FAILED_CONTRACT
+    assert sorted(got["0003"][3]) == sorted(FIXED_ANOTHER_WAY)
+    assert "merged_as" not in rows["0003"]
+    assert (got["0002"][0], got["0003"][0]) == ("conflict", "depends")
     # patch 1's proof names metal-replay, so its test runs on the replay here; upstream did not touch the
-    # buffer lookup: never fixed (its test crashes before it prints a case, so the check may not tell)
+    # buffer lookup: never fixed (its test crashes without the fix before it prints a case: the check may not tell)
     assert got["0001"][0] == "clean" and got["0001"][1] in (NOT_FIXED, CANNOT_TELL), rows["0001"]["fixed_upstream"]
     # no answer here, and why: patch 4 fixes the test program itself
     assert got["0004"][:2] == ("clean", CANNOT_TELL)
     assert "Patchset-Test-Paths: none" in rows["0004"]["fixed_upstream"]["evidence"]
+    # bump --drop-fixed would leave out patches 2 and 5, and stops on patch 3 (a person keeps what is left of it)
+    checked = RebaseReport.from_json({"old": "", "new": "", "dry_run": True, "patches": list(rows.values())})
+    partly, fixed_there, unsure = upstream_fixed(checked)
+    assert ([p.patch[:4] for p in partly], sorted(p.patch[:4] for p in fixed_there), unsure) == (
+        ["0003"], ["0002", "0005"], [])
     # nothing left behind that leaves the machine with a local path
-    assert str(project) not in json.dumps(rows)
+    assert str(moved.project) not in json.dumps(rows)
 
 
 def test_upstream_fixing_acc_only_is_partly_fixed_with_the_set_cases_left(
-        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        moved: Moved, real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On the replay only (`--backend`): the patches whose proof runs elsewhere say so."""
-    project, acc, _both, _unrelated = moved
+    project, acc = moved.project, moved.acc
     monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
 
     rows = dry_run(project, acc, capsys, "--backend", "metal-replay")
@@ -124,10 +168,10 @@ def test_upstream_fixing_acc_only_is_partly_fixed_with_the_set_cases_left(
 
 
 def test_upstream_moving_on_without_touching_the_bug_is_not_fixed(
-        moved: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
+        moved: Moved, real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A README commit: every patch still applies, and patch 5's wide cases all still fail without its fix."""
-    project, _acc, _both, unrelated = moved
+    project, unrelated = moved.project, moved.unrelated
     monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
 
     rows = dry_run(project, unrelated, capsys, "--backend", "metal-replay", rc=0)
@@ -149,59 +193,3 @@ FIXED_ANOTHER_WAY = [OPT.format("sched_other_graph", "step_after_other_graph", "
 # the sgd case never runs on the old pin (test-opt crashes in free_while_allocated, adamw, before the sgd pass): it
 # fails on the new upstream, so it is left of the patch too
 ALLOC_FAILED_CONTRACT = [OPT.format("free_shared_sched_static", "eval_after_other_alloc", o) for o in ("adamw", "sgd")]
-
-
-@pytest.fixture(scope="module")
-def opt_fixed(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
-              ) -> tuple[Path, Path, Path, Path]:
-    """(project folder, the pin as a commit of this upstream, pin of upstream with patch 2 merged as is, pin of
-    upstream with patch 2 and its own fix of patch 3's bug after it).
-
-    The cache holds the pin as imported from the source archive: a stand-in commit with the pin's tree and no
-    history, which the dry run rightly compares no patch-ids from. Upstream here is made on that commit, so a pin
-    that names it, with this upstream as its git source (the same tree: the same trees and builds), has the
-    history `merged as` reads."""
-    base = tmp_path_factory.mktemp("opt-fixed-upstream")
-    patch2 = next(real_project.patches_dir.glob("0002-*.patch"))
-    merged, fixed = real_pin_moved_on(real_pin_cache, base / "upstream", [patch2,
-                                                                        UPSTREAM_FIXES / "ggml-opt-eval-realloc.patch"])
-    pin = load_pin(real_project.pin_file)
-    stand_in = upstream.fetch(real_pin_cache, pin).commit
-    old = base / "pin.toml"
-    old.write_text(pin_toml(stand_in, pin.tree, [{"kind": "git", "url": (base / "upstream" / "upstream.git").as_uri()}],
-                            repository=pin.repository, tag=pin.tag or None, date=pin.date))
-    return real_project.root, old, merged, fixed
-
-
-def test_upstream_merging_patch_2_and_fixing_patch_3_its_own_way(
-        opt_fixed: tuple[Path, Path, Path, Path], real_pin_cache: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patch 2 `fixed upstream` and merged as upstream's commit; patch 3 `partly fixed upstream` with the cases of
-    its ALLOC_FAILED contract left; `--drop-fixed` would drop patch 2 only."""
-    project, pin, merged, fixed = opt_fixed
-    monkeypatch.setenv("PATCHSET_CACHE", str(real_pin_cache))
-
-    rows = dry_run(project, fixed, capsys, "--backend", "cpu", pin=pin)
-
-    got = verdicts(rows)
-    # patch 2: upstream's first commit is its diff; its tests (test-opt, test-llama-archs --opt) pass there in every
-    # run, and the control is its declared before-evidence: the test part does not compile on the old pin
-    merged_commit = load_pin(merged).commit
-    assert rows["0002"]["merged_as"] == merged_commit
-    assert got["0002"][1] == FIXED, rows["0002"]["fixed_upstream"]
-    assert "Patchset-Before: build-fails" in rows["0002"]["fixed_upstream"]["evidence"]
-    # patch 3: its test part (test-opt's cases, public API only) on upstream's fix; the control is the old pin with
-    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass). The text: patch 2
-    # conflicts (upstream changed its lines since), patch 3 depends on it
-    assert got["0003"][1] == PARTLY_FIXED, rows["0003"]["fixed_upstream"]
-    assert got["0003"][2] == ALLOC_FAILED_CONTRACT
-    assert sorted(got["0003"][3]) == sorted(FIXED_ANOTHER_WAY)
-    assert "merged_as" not in rows["0003"]
-    assert (got["0002"][0], got["0003"][0]) == ("conflict", "depends")
-    # the others are not for this backend, or have no test part
-    for k in ("0001", "0004", "0005"):
-        assert got[k][1] == CANNOT_TELL
-    # bump --drop-fixed would leave out patch 2 only, and stops on patch 3 (a person keeps what is left of it)
-    checked = RebaseReport.from_json({"old": "", "new": "", "dry_run": True, "patches": list(rows.values())})
-    partly, fixed_there, unsure = upstream_fixed(checked)
-    assert ([p.patch[:4] for p in partly], [p.patch[:4] for p in fixed_there], unsure) == (["0003"], ["0002"], [])

@@ -73,6 +73,8 @@ def _detail(p: PatchCanary) -> str:
         words.append(f"needs {p.depends_on}")
     if p.renamed:
         words.append("renames followed: " + ", ".join(p.renamed))
+    if p.resolutions:
+        words.append("recorded resolutions reused: " + ", ".join(k[:12] for k in p.resolutions))
     return "; ".join(words)
 
 

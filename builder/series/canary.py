@@ -18,20 +18,22 @@ every commit instead (the linear scan the bisection is checked against: tests, b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import InputError, ProcessError, SourceError
+from builder.fsutil import atomic_write_text
 from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.series import dryrun
+from builder.series import resolutions as rr
 from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport, Scratch
 from builder.series.model import load_series
 from builder.upstream import fetch as upstream
-from builder.upstream.fetch import merge_shallow
 from builder.upstream.pin import GitSource, load_pin
 
 KIND_CONFLICT = "conflict"
@@ -76,12 +78,15 @@ class PatchCanary:
     """conflict: `path:line` of the hunks that do not apply at `broken_at`."""
     renamed: tuple[str, ...] = ()
     """Renames followed (`old -> new`) at the newest commit where it applies."""
+    resolutions: tuple[str, ...] = ()
+    """Keys of the recorded resolutions (patches/resolutions/) reused at the newest commit where it applies."""
 
     def as_json(self) -> dict:
         return {"patch": self.patch, "tries": self.tries,
                 "broken_at": self.broken_at.as_json() if self.broken_at else None,
                 "last_good": self.last_good, "class": self.kind or (FOLLOWED if self.renamed else ""),
-                "depends_on": self.depends_on, "hunks": list(self.hunks), "renamed": list(self.renamed)}
+                "depends_on": self.depends_on, "hunks": list(self.hunks), "renamed": list(self.renamed),
+                "resolutions": list(self.resolutions)}
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
     mails = [p.path for p in series.patches]
     names = [p.name for p in series.patches]
     with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:
+        sc.resolutions = rr.load(project.patches_dir)
         new_id = _history(sc.git, fetched.repo, urls, pin.commit, new, old)
         old_id = sc.git.out("rev-parse", "refs/canary/old^{commit}") if old and old != pin.commit else pin.commit
         line = sc.git.out("rev-list", "--first-parent", "--reverse", f"{old_id}..{new_id}").split()
@@ -195,16 +201,18 @@ def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: 
                 hi = mid
         bad = hi
     last_good = tried[bad - 1] if bad > 0 else old_id
-    renamed = table(last_good)[k].renamed if last_good in tried else ()
+    good_row = table(last_good)[k] if last_good in tried else None
+    renamed = good_row.renamed if good_row else ()
+    reused = good_row.resolutions if good_row else ()
     if bad == n:
-        return PatchCanary(name, tries, None, last_good, renamed=renamed)
+        return PatchCanary(name, tries, None, last_good, renamed=renamed, resolutions=reused)
     row = table(tried[bad])[k]
     commit = _commit(git, tried[bad], dryrun.split_hunks(mail.read_bytes()), row)
     kind = {DEPENDS: KIND_DEPENDS, UPSTREAM: KIND_UPSTREAM}.get(row.outcome, KIND_CONFLICT)
     paths = {p for p, _h, _l in dryrun.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
     if row.outcome == CONFLICT and _moves(git, tried[bad], paths):
         kind = KIND_RENAME
-    return PatchCanary(name, tries, commit, last_good, kind, row.depends_on, row.hunks, renamed)
+    return PatchCanary(name, tries, commit, last_good, kind, row.depends_on, row.hunks, renamed, reused)
 
 
 def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str, commit: str) -> list[PatchReport]:
@@ -215,8 +223,7 @@ def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str, c
         rows = [PatchReport(name, dryrun.CLEAN) for name in names]
     else:
         rows = dryrun.table(sc, names, mails, tree, pin_tree, moved)
-    return [PatchReport(r.patch, r.outcome, r.files, r.hunks, r.depends_on, renamed=f)
-            for r, f in zip(rows, followed, strict=True)]
+    return [dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)]
 
 
 def _changed(git: GitRepo, commit: str) -> list[tuple[str, str]]:
@@ -257,7 +264,10 @@ def _history(git: GitRepo, cache_repo: Path, urls: list[str], pin_commit: str, n
 
     The cache holds the pin at depth 1: its shallow file says so, and the pin is the only commit
     offered as what we have (`--negotiation-tip`), so only the commits after it come."""
-    merge_shallow(cache_repo, git.path)
+    # only the pin is a boundary here: a newer commit the cache holds at depth 1 (a dry run or rebase
+    # fetched it) would otherwise be taken for a commit without parents, and NEW not seen to descend
+    # from the pin; without the mark its missing parents make git fetch them with the range
+    atomic_write_text(git.path / "shallow", f"{pin_commit}\n")
     git.update_ref("refs/old", pin_commit)
     errors = []
     for url in urls:

@@ -157,6 +157,11 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
     names = [p.name for p in series.patches]
     with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:
         sc.resolutions = rr.load(project.patches_dir)
+        sc.hunks = False
+        # the files of the pin the series changes (not those it creates): a rename can only take those
+        paths = sorted({p for mail in mails for p, _h, _l in dryrun.split_hunks(mail.read_bytes())})
+        at_pin = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", fetched.tree, "--", *paths).stdout.split("\0"))
+        touched = [p for p in paths if p in at_pin]
         new_id = _history(sc.git, fetched.repo, urls, pin.commit, new, old)
         old_id = sc.git.out("rev-parse", "refs/canary/old^{commit}") if old and old != pin.commit else pin.commit
         line = sc.git.out("rev-list", "--first-parent", "--reverse", f"{old_id}..{new_id}").split()
@@ -175,7 +180,7 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
 
         def table(commit: str) -> list[PatchReport]:
             if commit not in tables:
-                tables[commit] = _table_at(sc, names, mails, fetched.tree, commit)
+                tables[commit] = _table_at(sc, names, mails, fetched.tree, commit, touched)
             return tables[commit][0]
 
         verdicts: dict[tuple[int, str], tuple[str, str]] = {}
@@ -199,7 +204,9 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         progress.begin(f"canary: {len(names)} patch(es) over {len(line)} commit(s)", len(names))
         rows = []
         for k, name in enumerate(names):
-            rows.append(_one(sc.git, k, name, mails[k], tried, old_id, table, verdict, scan))
+            rows.append(_one(sc, k, name, mails[k], tried, old_id, table, verdict, scan,
+                             lambda c, j: (_carried(sc, sc.git.out("rev-parse", f"{c}^{{tree}}"), tables[c][1],
+                                                    table(c), j - 1), tables[c][1][j])))
             progress.update(k + 1, len(names), name)
         progress.end()
         # the newest commit tried where every patch applies: the one before the first that breaks one
@@ -213,10 +220,12 @@ def _applies(r: PatchReport) -> bool:
     return not r.failed and r.outcome != UPSTREAM
 
 
-def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: str,
+def _one(sc: Scratch, k: int, name: str, mail: Path, tried: list[str], old_id: str,
          table: Callable[[str], list[PatchReport]], verdict: Callable[[int, str], tuple[str, str]],
-         scan: bool) -> PatchCanary:
-    """Patch k over the commits `tried`: bisection (or every commit with `scan`)."""
+         scan: bool, before: Callable[[str, int], tuple[str, Path]]) -> PatchCanary:
+    """Patch k over the commits `tried`: bisection (or every commit with `scan`). `before(commit, j)`:
+    the commit's tree with the patches before j that apply there, and patch j's mail as tried there."""
+    git = sc.git
     n = len(tried)
     tries = 0
 
@@ -254,7 +263,11 @@ def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: 
     paths = {p for p, _h, _l in dryrun.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
     if row.outcome == CONFLICT and _moves(git, tried[bad], paths):
         kind = KIND_RENAME
-    return PatchCanary(name, tries, commit, last_good, kind, depends_on=row.depends_on, hunks=row.hunks,
+    hunks = row.hunks
+    if row.outcome == CONFLICT and not hunks:
+        # the hunks that do not apply on their own: at the commit reported only (sc.hunks is off)
+        hunks = tuple(sc.failed_hunks(*before(tried[bad], k))[1])
+    return PatchCanary(name, tries, commit, last_good, kind, depends_on=row.depends_on, hunks=hunks,
                        renamed=renamed, resolutions=reused)
 
 
@@ -273,11 +286,15 @@ def _carried(sc: Scratch, tree: str, moved: list[Path], rows: list[PatchReport],
 
 
 def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str,
-              commit: str) -> tuple[list[PatchReport], list[Path]]:
+              commit: str, touched: list[str]) -> tuple[list[PatchReport], list[Path]]:
     """The dry run's table of the series on `commit`, upstream's renames since the pin followed, and
-    the mails as tried there (their paths following the renames)."""
+    the mails as tried there (their paths following the renames). Rename detection over the whole
+    tree is the costly part of a commit (seconds on ggml's history): it runs only where a file the
+    series touches (`touched`) is gone from the commit's tree."""
     tree = sc.git.out("rev-parse", f"{commit}^{{tree}}")
-    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree))
+    present = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", tree, "--", *touched).stdout.split("\0"))
+    gone = [p for p in touched if p not in present]
+    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree) if gone else {})
     if sc.applies_all(tree, moved):
         rows = [PatchReport(name, dryrun.CLEAN) for name in names]
     else:

@@ -173,6 +173,9 @@ class Scratch:
         self.root = root
         self.resolutions: dict[str, rr.Resolution] = {}
         """The series' recorded resolutions (patches/resolutions/), reused where a conflict has one."""
+        self.hunks = True
+        """Whether a conflict's row lists the hunks that do not apply, each tried on its own (canary
+        asks for them only at the commit it reports: a range's other conflicts need no detail)."""
 
     def apply(self, tree: str, mail: Path, *flags: str) -> tuple[bool, str]:
         """Apply `mail` on `tree` in the index: (applied, the resulting tree or '')."""
@@ -691,7 +694,7 @@ def _try(sc: Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, st
         after, keys = sc.reuse(tree, mail)
         if after:
             return PatchReport(name, REUSED, resolutions=keys), after
-    files, hunks = sc.failed_hunks(tree, mail)
+    files, hunks = sc.failed_hunks(tree, mail) if sc.hunks else ([], [])
     return PatchReport(name, CONFLICT, tuple(dict.fromkeys(unmerged + files)), tuple(hunks)), tree
 
 

@@ -162,7 +162,7 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         paths = sorted({p for mail in mails for p, _h, _l in dryrun.split_hunks(mail.read_bytes())})
         at_pin = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", fetched.tree, "--", *paths).stdout.split("\0"))
         touched = [p for p in paths if p in at_pin]
-        new_id = _history(sc.git, fetched.repo, urls, pin.commit, new, old)
+        new_id = _history(sc.git, urls, pin.commit, new, old)
         old_id = sc.git.out("rev-parse", "refs/canary/old^{commit}") if old and old != pin.commit else pin.commit
         line = sc.git.out("rev-list", "--first-parent", "--reverse", f"{old_id}..{new_id}").split()
         if old_id != pin.commit and sc.git.run("merge-base", "--is-ancestor", pin.commit, old_id,
@@ -335,10 +335,10 @@ def _subject(git: GitRepo, commit: str) -> str:
     return git.out("log", "-1", "--format=%s", commit)
 
 
-def _history(git: GitRepo, cache_repo: Path, urls: list[str], pin_commit: str, new: str, old: str) -> str:
+def _history(git: GitRepo, urls: list[str], pin_commit: str, new: str, old: str) -> str:
     """Fetch NEW (and OLD) with the history since the pin into the scratch repository; NEW's id.
 
-    The cache holds the pin at depth 1: its shallow file says so, and the pin is the only commit
+    The cache holds the pin at depth 1 (the scratch repository borrows its objects), and the pin is the only commit
     offered as what we have (`--negotiation-tip`), so only the commits after it come."""
     # only the pin is a boundary here: a newer commit the cache holds at depth 1 (a dry run or rebase
     # fetched it) would otherwise be taken for a commit without parents, and NEW not seen to descend

@@ -251,3 +251,29 @@ def test_status_after_a_refresh_reads_the_files_back_and_still_sees_changes(proj
     (proj.work / "tests" / "test-x.c").write_text((proj.work / "tests" / "test-x.c").read_text() + "/* more */\n")
     proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
     assert [p.dirty for p in status(proj.project).patches] == [False, True, True]
+
+
+def test_refresh_sets_context_only_churn_apart_from_changes_to_review(
+        proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    apply(proj.project)
+    c1, c2, c3 = proj.wgit("rev-list", "--reverse", "upstream..patched").split()
+    # patch 1 amended to also add a line on top of b.c: patch 2, replayed, moves down a line (its
+    # hunk header and the blob it starts from change; its message and its own lines do not)
+    proj.wgit("reset", "--quiet", "--hard", c1)
+    (proj.work / "src" / "b.c").write_text("/* b: strings */\n" + (proj.work / "src" / "b.c").read_text())
+    proj.wgit("commit", "--quiet", "--all", "--amend", "--no-edit")
+    proj.wgit("cherry-pick", c2, c3)
+
+    capsys.readouterr()
+    assert main(["--project", str(proj.root), "refresh", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert f"updated patches/{STANDARD_NAMES[0]} (changed)" in out
+    assert f"context only (message and own lines unchanged, nothing new to review): {STANDARD_NAMES[1]}" in out
+    assert f"patches/{STANDARD_NAMES[1]}" not in out
+
+    result = refresh(proj.project)
+    assert [(c.name, c.change, c.review) for c in result.changes] == [
+        (STANDARD_NAMES[0], "updated", "changed"), (STANDARD_NAMES[1], "updated", "context only"),
+        (STANDARD_NAMES[2], "unchanged", "")]
+    # a message edit is a change to review, whatever the diff does
+    assert refresh_mod.review_class(b"Subject: a\n\ndiff --git x\n", b"Subject: b\n\ndiff --git x\n") == "changed"

@@ -1,20 +1,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
 from rich.table import Table
 
+from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
+from builder.locking import project_lock
 from builder.project import Project
 from builder.series.canary import FOLLOWED, CanaryReport, PatchCanary, canary
+from builder.series.model import BACKENDS
 
 NAME = "canary"
 HELP = ("over the upstream commits after the pin, find by bisection the first commit where each patch stops "
-        "applying, and the newest where the whole series applies (text checks only: no --build/--test yet)")
+        "applying (with --build/--test: building, or passing its test), and the newest where the whole series does")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try every Nth commit only (the first breaking commit is then known to within N)")
     p.add_argument("--scan", action="store_true",
                    help="try every commit instead of bisecting (a linear scan, to check the bisection against)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--build", action="store_true",
+                   help="a patch also stops where the tree with the series up to it no longer builds (ggml and the "
+                        "patch's test programs, in verify's build folder)")
+    g.add_argument("--test", action="store_true",
+                   help="as --build, and where the patch's tests no longer pass with its fix")
+    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="with --build/--test (default: cpu)")
+    p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
+    add_timeout(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
 
@@ -36,7 +49,14 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
             raise InputError(f"--range {args.range_}: expected OLD..NEW (OLD may be empty)")
         old, new = args.range_.split("..", 1)
         new = new or "HEAD"
-    report = canary(project, new, old, args.step, args.scan, None if args.json else CliProgress())
+    progress = None if args.json else CliProgress()
+    check = None
+    if args.build or args.test:
+        from builder.prove.canary_check import checker  # noqa: PLC0415 (only these flags build)
+        check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout)
+    with project_lock(project.lock_file) if check else contextlib.nullcontext():
+        report = canary(project, new, old, args.step, args.scan, progress, check,
+                        "test" if args.test else "build" if args.build else "")
     if args.markdown:
         atomic_write_text(Path(args.markdown), markdown(report))
     if args.json:
@@ -49,7 +69,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
 def _where(report: CanaryReport) -> str:
     return (f"{len(report.patches)} patch(es) over {report.commits} commit(s) {report.old[:12]}..{report.new[:12]}"
             + (f", every {report.step}th" if report.step > 1 else "")
-            + f"; {report.tried} commit(s) tried ({'linear scan' if report.scan else 'bisection'})")
+            + f"; {report.tried} commit(s) tried ({'linear scan' if report.scan else 'bisection'})"
+            + (f", {report.builds} tree(s) built ({report.checked})" if report.checked else ", text checks only"))
 
 
 def _print(report: CanaryReport) -> None:
@@ -59,7 +80,9 @@ def _print(report: CanaryReport) -> None:
         table.add_row(p.patch, at, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries))
     console.print(table)
     console.print(_where(report), highlight=False)
-    console.print(f"newest commit where the whole series applies: {report.newest_whole[:12]} {report.newest_subject}",
+    survives = {"": "applies", "build": "applies and builds", "test": "applies, builds and passes"}[report.checked]
+    console.print(f"newest commit where the whole series {survives}: {report.newest_whole[:12]} "
+                  f"{report.newest_subject}",
                   highlight=False, markup=False)
 
 
@@ -71,8 +94,12 @@ def _detail(p: PatchCanary) -> str:
         words.append("hunks: " + ", ".join(p.hunks))
     if p.depends_on:
         words.append(f"needs {p.depends_on}")
+    if p.why:
+        words.append(p.why)
     if p.renamed:
         words.append("renames followed: " + ", ".join(p.renamed))
+    if p.resolutions:
+        words.append("recorded resolutions reused: " + ", ".join(k[:12] for k in p.resolutions))
     return "; ".join(words)
 
 
@@ -86,6 +113,9 @@ def markdown(report: CanaryReport) -> str:
         at, subject = (f"`{p.broken_at.id[:12]}`", p.broken_at.subject) if p.broken_at else ("-", "")
         cells = [p.patch, at, subject, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", "Text checks only (the patches applied in a scratch index); bisection assumes a patch "
-              "that stops applying does not apply again later in the range."]
+    what = {"": "Text checks only (the patches applied in a scratch index)",
+            "build": "Applied in a scratch index, then built where they apply (ggml and each patch's test programs)",
+            "test": "Applied in a scratch index, built where they apply, and each patch's tests run with its fix"}
+    lines += ["", f"{what[report.checked]}; bisection assumes a patch that stops surviving a commit does not "
+              "survive a later one in the range."]
     return "\n".join(lines) + "\n"

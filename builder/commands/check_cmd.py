@@ -8,11 +8,12 @@ from builder.deliver.readiness import strict_findings
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series import dropped
+from builder.series import resolutions as rr
 from builder.series.model import deprecations, lint
 
 NAME = "check"
 HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers; "
-        "the dropped-patch log (patches/dropped)")
+        "the dropped-patch log (patches/dropped); the recorded conflict resolutions (patches/resolutions)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     series, findings = lint(project.patches_dir, strict=args.strict)
     findings += dropped.lint(project.patches_dir, series, dropped.committed(project.patches_dir))
+    findings += rr.lint(project.patches_dir, [(p.name, p.subject) for p in series.patches])
     if args.strict and series.patches:
         findings += strict_findings(project, series)
     if args.strict:

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from builder.console import console
 from builder.errors import Outcome
-from builder.series.dryrun import CONFLICT, DEPENDS, NOT_FIXED, PatchReport, RebaseReport
+from builder.series.dryrun import CONFLICT, DEPENDS, NOT_FIXED, REUSED, PatchReport, RebaseReport
 
 
 def print_report(report: RebaseReport, as_json: bool) -> None:
@@ -33,6 +33,10 @@ def print_report(report: RebaseReport, as_json: bool) -> None:
             detail = "; ".join(filter(None, [detail, p.change]))
         if p.renamed:
             detail = "; ".join(filter(None, [detail, "renamed upstream, followed: " + ", ".join(p.renamed)]))
+        if p.resolutions:
+            verb = "reused" if p.outcome == REUSED else "recorded"
+            detail = "; ".join(filter(None, [detail, f"resolution {verb}: " + ", ".join(
+                f"patches/resolutions/{k[:12]}" for k in p.resolutions)]))
         table.add_row(str(i), p.patch, p.outcome, detail, *([_upstream(p)] if checked else []))
     console.print(table)
     if checked:

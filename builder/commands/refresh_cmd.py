@@ -6,8 +6,9 @@ from builder.console import console
 from builder.errors import Outcome
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series.dryrun import CONTEXT_ONLY
 from builder.series.edit import finish_pending
-from builder.series.refresh import check_current, refresh
+from builder.series.refresh import FileChange, check_current, refresh
 
 NAME = "refresh"
 HELP = "write patches/ back from the 'patched' branch (byte-stable)"
@@ -21,11 +22,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a copy is kept under .patchset/backup/)")
 
 
+def _print_changes(changes: list[FileChange]) -> None:
+    """The files to review first; the patches changed in context only after them, on one line."""
+    context = [c.name for c in changes if c.review == CONTEXT_ONLY]
+    for c in changes:
+        if c.review != CONTEXT_ONLY:
+            console.print(f"  {c.change:>9} patches/{c.name}" + (f" ({c.review})" if c.review else ""),
+                          highlight=False)
+    if context:
+        console.print(f"  context only (message and own lines unchanged, nothing new to review): {', '.join(context)}",
+                      highlight=False)
+
+
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.check:
         stale = check_current(project)
-        for c in stale:
-            console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
+        _print_changes(list(stale))
         if stale:
             console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
             return Outcome.FAILED
@@ -39,8 +51,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if result.backup:
         console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
-    for c in changed:
-        console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
+    _print_changes(changed)
     if not changed:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")
     for w in result.warnings:

@@ -43,6 +43,7 @@ from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import hunks as hk
 from builder.prove.treebuild import tree_path
+from builder.prove.trees import checkout_tree
 from builder.prove.verify import available_backends
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
@@ -233,19 +234,7 @@ class _Checker:
 
     def _checkout(self, tree: str) -> None:
         """Make `src` hold exactly `tree`: only the files that differ are rewritten."""
-        git = self.moved.git
-        env = {"GIT_INDEX_FILE": str(self.index)}
-        work = f"--work-tree={self.src}"
-        self.src.mkdir(parents=True, exist_ok=True)
-        self.index.parent.mkdir(parents=True, exist_ok=True)
-        if git.run(work, "read-tree", "--reset", "-u", tree, env=env, check=False).returncode != 0:
-            # an index of another run that git cannot read: write every file again
-            self.index.unlink(missing_ok=True)
-            git.run(work, "read-tree", "--reset", "-u", tree, env=env)
-        # files of a tree verify checked out there that this one lacks: not in this index, so left behind
-        others = git.run(work, "ls-files", "-z", "--others", env=env).stdout
-        for rel in filter(None, others.split("\0")):
-            (self.src / rel).unlink(missing_ok=True)
+        checkout_tree(self.moved.git, self.src, self.index, tree)
 
     def _run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
         """The first run of the tests on `tree`."""

@@ -99,6 +99,24 @@ def checkout_detached(git: GitRepo, path: Path, commit: str) -> None:
         wt.run("clean", "-fdxq")
 
 
+def checkout_tree(git: GitRepo, src: Path, index: Path, tree: str) -> None:
+    """Make `src` hold exactly `tree` of `git` (a scratch repository, no worktree of its own), through
+    `index`, which says what was written there last: only the files that differ are rewritten, so the
+    build folder of `src` recompiles only those (`rebase --fixed-upstream`, `canary --build`)."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    work = f"--work-tree={src}"
+    src.mkdir(parents=True, exist_ok=True)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    if git.run(work, "read-tree", "--reset", "-u", tree, env=env, check=False).returncode != 0:
+        # an index of another run that git cannot read: write every file again
+        index.unlink(missing_ok=True)
+        git.run(work, "read-tree", "--reset", "-u", tree, env=env)
+    # files of a tree verify checked out there that this one lacks: not in this index, so left behind
+    others = git.run(work, "ls-files", "-z", "--others", env=env).stdout
+    for rel in filter(None, others.split("\0")):
+        (src / rel).unlink(missing_ok=True)
+
+
 def make_trees(git: GitRepo, base: str, series: Series, patches_dir: Path) -> dict[int, Trees]:
     """The proof trees of every patch of `series` on `base`, by patch index."""
     with tempfile.TemporaryDirectory(prefix="patchset-verify-") as tmp:

@@ -2,11 +2,15 @@
 
 Over the first-parent commits of the pin's git source between the pin (or OLD) and NEW, it finds
 for each patch the first commit where the patch stops applying, and the newest commit where the
-whole series applies. Text checks only (`--build`/`--test` are not done yet): each commit tried
+whole series applies. Text checks first: each commit tried
 gets the table of `rebase --dry-run` (`builder.series.dryrun`, in a scratch index that borrows
 the cache's objects; no work tree is touched), with upstream's renames between the pin and that
 commit followed. A patch that breaks does not hide the ones after it: each later patch is tried
 on the tree carried without it, and is `depends` only when it builds on it (the dry run's rule).
+With a tree check (`--build`, `--test`: `builder.prove.canary_check`, given by the command, as the
+layers go), a patch survives a commit only when it applies there and the commit's tree with the series
+up to it builds (and its test passes with the fix): the bisection runs over that predicate, and only
+commits where the text checks pass are built.
 
 Bisection assumes that breakage is monotonic: once a patch stops applying it does not apply again
 later in the range (upstream reverting a change, or moving a line out and back, breaks that). The
@@ -18,20 +22,22 @@ every commit instead (the linear scan the bisection is checked against: tests, b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import InputError, ProcessError, SourceError
+from builder.fsutil import atomic_write_text
 from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.series import dryrun
+from builder.series import resolutions as rr
 from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport, Scratch
-from builder.series.model import load_series
+from builder.series.model import Patch, load_series
 from builder.upstream import fetch as upstream
-from builder.upstream.fetch import merge_shallow
 from builder.upstream.pin import GitSource, load_pin
 
 KIND_CONFLICT = "conflict"
@@ -42,6 +48,15 @@ KIND_UPSTREAM = "already upstream"
 KIND_DEPENDS = "depends"
 FOLLOWED = "rename, followed"
 """A patch that still applies because its paths were rewritten to upstream's new names."""
+KIND_BUILD = "build"
+"""`--build`: it applies, and the tree with the series up to it does not build (ggml and its test programs)."""
+KIND_TEST = "test"
+"""`--test`: it applies and builds, and its test fails there with the fix."""
+
+TreeCheck = Callable[[GitRepo, Patch, str], tuple[str, str]]
+"""`--build`/`--test` (`builder.prove.canary_check.checker`): given the scratch repository, a patch and
+the tree of a commit with the series up to that patch, ('', '') when it passes, else (KIND_BUILD or
+KIND_TEST, why)."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +85,23 @@ class PatchCanary:
     last_good: str = ""
     """The newest commit tried before `broken_at` where it applies (its first parent with step 1)."""
     kind: str = ""
-    """conflict, rename, already upstream or depends (see the KIND_ constants); '' when not broken."""
+    """conflict, rename, already upstream, depends, build or test (the KIND_ constants); '' when not broken."""
+    why: str = ""
+    """build: the first compiler error; test: what its tests said (at `broken_at`)."""
     depends_on: str = ""
     hunks: tuple[str, ...] = ()
     """conflict: `path:line` of the hunks that do not apply at `broken_at`."""
     renamed: tuple[str, ...] = ()
     """Renames followed (`old -> new`) at the newest commit where it applies."""
+    resolutions: tuple[str, ...] = ()
+    """Keys of the recorded resolutions (patches/resolutions/) reused at the newest commit where it applies."""
 
     def as_json(self) -> dict:
         return {"patch": self.patch, "tries": self.tries,
                 "broken_at": self.broken_at.as_json() if self.broken_at else None,
                 "last_good": self.last_good, "class": self.kind or (FOLLOWED if self.renamed else ""),
-                "depends_on": self.depends_on, "hunks": list(self.hunks), "renamed": list(self.renamed)}
+                "depends_on": self.depends_on, "why": self.why, "hunks": list(self.hunks),
+                "renamed": list(self.renamed), "resolutions": list(self.resolutions)}
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,10 @@ class CanaryReport:
     newest_subject: str
     scan: bool = False
     patches: tuple[PatchCanary, ...] = field(default_factory=tuple)
+    checked: str = ""
+    """'' (text checks only), 'build' or 'test': what a commit had to pass besides applying."""
+    builds: int = 0
+    """Trees built (`--build`/`--test`): one per patch and commit tried where the text checks passed."""
 
     @property
     def broken(self) -> tuple[PatchCanary, ...]:
@@ -106,14 +130,17 @@ class CanaryReport:
     def as_json(self) -> dict:
         return {"old": self.old, "new": self.new, "commits": self.commits, "step": self.step,
                 "method": "scan" if self.scan else "bisect", "tried": self.tried,
+                "checked": self.checked or "text", "builds": self.builds,
                 "newest_whole": {"commit": self.newest_whole, "subject": self.newest_subject},
                 "patches": [p.as_json() for p in self.patches]}
 
 
 def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, scan: bool = False,
-           progress: ProgressSink | None = None) -> CanaryReport:
+           progress: ProgressSink | None = None, check: TreeCheck | None = None, checked: str = "") -> CanaryReport:
     """The canary over OLD..NEW of the pin's git source (OLD: the pin). Nothing in the project
-    changes; the pin is fetched into the cache when it is not there yet."""
+    changes; the pin is fetched into the cache when it is not there yet. With `check` (`checked`:
+    'build' or 'test'), a patch counts as surviving a commit only when it applies there and its tree
+    passes the check (built in verify's folders, see `builder.prove.canary_check`)."""
     if step < 1:
         raise InputError(f"--step {step}: must be 1 or more")
     progress = progress or NullProgress()
@@ -129,7 +156,13 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
     mails = [p.path for p in series.patches]
     names = [p.name for p in series.patches]
     with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:
-        new_id = _history(sc.git, fetched.repo, urls, pin.commit, new, old)
+        sc.resolutions = rr.load(project.patches_dir)
+        sc.hunks = False
+        # the files of the pin the series changes (not those it creates): a rename can only take those
+        paths = sorted({p for mail in mails for p, _h, _l in dryrun.split_hunks(mail.read_bytes())})
+        at_pin = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", fetched.tree, "--", *paths).stdout.split("\0"))
+        touched = [p for p in paths if p in at_pin]
+        new_id = _history(sc.git, urls, pin.commit, new, old)
         old_id = sc.git.out("rev-parse", "refs/canary/old^{commit}") if old and old != pin.commit else pin.commit
         line = sc.git.out("rev-list", "--first-parent", "--reverse", f"{old_id}..{new_id}").split()
         if old_id != pin.commit and sc.git.run("merge-base", "--is-ancestor", pin.commit, old_id,
@@ -143,12 +176,27 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         if tried[-1] != line[-1]:
             tried.append(line[-1])
         sc.on_pin(fetched.tree, names, mails, pin.short)
-        tables: dict[str, list[PatchReport]] = {}
+        tables: dict[str, tuple[list[PatchReport], list[Path]]] = {}
 
         def table(commit: str) -> list[PatchReport]:
             if commit not in tables:
-                tables[commit] = _table_at(sc, names, mails, fetched.tree, commit)
-            return tables[commit]
+                tables[commit] = _table_at(sc, names, mails, fetched.tree, commit, touched)
+            return tables[commit][0]
+
+        verdicts: dict[tuple[int, str], tuple[str, str]] = {}
+
+        def verdict(k: int, commit: str) -> tuple[str, str]:
+            """Patch k at `commit`: ('', '') when it applies (and passes `check`), else (class, why)."""
+            row = table(commit)[k]
+            if not _applies(row):
+                return row.outcome, ""
+            if check is None:
+                return "", ""
+            if (k, commit) not in verdicts:
+                tree = _carried(sc, sc.git.out("rev-parse", f"{commit}^{{tree}}"), tables[commit][1],
+                                table(commit), k)
+                verdicts[(k, commit)] = check(sc.git, series.patches[k], tree)
+            return verdicts[(k, commit)]
 
         if old_id != pin.commit and any(not _applies(r) for r in table(old_id)):
             raise InputError(f"--range: the series does not apply at {old} (run `patchset rebase --dry-run "
@@ -156,30 +204,35 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         progress.begin(f"canary: {len(names)} patch(es) over {len(line)} commit(s)", len(names))
         rows = []
         for k, name in enumerate(names):
-            rows.append(_one(sc.git, k, name, mails[k], tried, old_id, table, scan))
+            rows.append(_one(sc, k, name, mails[k], tried, old_id, table, verdict, scan,
+                             lambda c, j: (_carried(sc, sc.git.out("rev-parse", f"{c}^{{tree}}"), tables[c][1],
+                                                    table(c), j - 1), tables[c][1][j])))
             progress.update(k + 1, len(names), name)
         progress.end()
         # the newest commit tried where every patch applies: the one before the first that breaks one
         first_bad = min((tried.index(p.broken_at.id) for p in rows if p.broken_at), default=len(tried))
         whole = tried[first_bad - 1] if first_bad else old_id
         return CanaryReport(old_id, new_id, len(line), step, len(tables), whole, _subject(sc.git, whole), scan,
-                            tuple(rows))
+                            tuple(rows), checked if check else "", len(verdicts))
 
 
 def _applies(r: PatchReport) -> bool:
     return not r.failed and r.outcome != UPSTREAM
 
 
-def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: str,
-         table: Callable[[str], list[PatchReport]], scan: bool) -> PatchCanary:
-    """Patch k over the commits `tried`: bisection (or every commit with `scan`)."""
+def _one(sc: Scratch, k: int, name: str, mail: Path, tried: list[str], old_id: str,
+         table: Callable[[str], list[PatchReport]], verdict: Callable[[int, str], tuple[str, str]],
+         scan: bool, before: Callable[[str, int], tuple[str, Path]]) -> PatchCanary:
+    """Patch k over the commits `tried`: bisection (or every commit with `scan`). `before(commit, j)`:
+    the commit's tree with the patches before j that apply there, and patch j's mail as tried there."""
+    git = sc.git
     n = len(tried)
     tries = 0
 
     def ok(i: int) -> bool:
         nonlocal tries
         tries += 1
-        return _applies(table(tried[i])[k])
+        return verdict(k, tried[i]) == ("", "")
 
     if scan:
         bad = next((i for i in range(n) if not ok(i)), n)
@@ -195,28 +248,58 @@ def _one(git: GitRepo, k: int, name: str, mail: Path, tried: list[str], old_id: 
                 hi = mid
         bad = hi
     last_good = tried[bad - 1] if bad > 0 else old_id
-    renamed = table(last_good)[k].renamed if last_good in tried else ()
+    good_row = table(last_good)[k] if last_good in tried else None
+    renamed = good_row.renamed if good_row else ()
+    reused = good_row.resolutions if good_row else ()
     if bad == n:
-        return PatchCanary(name, tries, None, last_good, renamed=renamed)
+        return PatchCanary(name, tries, None, last_good, renamed=renamed, resolutions=reused)
     row = table(tried[bad])[k]
     commit = _commit(git, tried[bad], dryrun.split_hunks(mail.read_bytes()), row)
+    if _applies(row):
+        # it applies there: the build or the test stopped it
+        kind, why = verdict(k, tried[bad])
+        return PatchCanary(name, tries, commit, last_good, kind, why=why, renamed=renamed, resolutions=reused)
     kind = {DEPENDS: KIND_DEPENDS, UPSTREAM: KIND_UPSTREAM}.get(row.outcome, KIND_CONFLICT)
     paths = {p for p, _h, _l in dryrun.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
     if row.outcome == CONFLICT and _moves(git, tried[bad], paths):
         kind = KIND_RENAME
-    return PatchCanary(name, tries, commit, last_good, kind, row.depends_on, row.hunks, renamed)
+    hunks = row.hunks
+    if row.outcome == CONFLICT and not hunks:
+        # the hunks that do not apply on their own: at the commit reported only (sc.hunks is off)
+        hunks = tuple(sc.failed_hunks(*before(tried[bad], k))[1])
+    return PatchCanary(name, tries, commit, last_good, kind, depends_on=row.depends_on, hunks=hunks,
+                       renamed=renamed, resolutions=reused)
 
 
-def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str, commit: str) -> list[PatchReport]:
-    """The dry run's table of the series on `commit`, upstream's renames since the pin followed."""
+def _carried(sc: Scratch, tree: str, moved: list[Path], rows: list[PatchReport], k: int) -> str:
+    """`tree` with the patches 1..k that apply there (by `rows`), as the dry run carries them."""
+    for mail, row in zip(moved[:k + 1], rows[:k + 1], strict=True):
+        if not _applies(row):
+            continue
+        ok, after = sc.apply(tree, mail)
+        if not ok:
+            ok, after = sc.three_way(tree, mail)
+        if not ok:
+            after, _keys = sc.reuse(tree, mail)
+        tree = after or tree
+    return tree
+
+
+def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str,
+              commit: str, touched: list[str]) -> tuple[list[PatchReport], list[Path]]:
+    """The dry run's table of the series on `commit`, upstream's renames since the pin followed, and
+    the mails as tried there (their paths following the renames). Rename detection over the whole
+    tree is the costly part of a commit (seconds on ggml's history): it runs only where a file the
+    series touches (`touched`) is gone from the commit's tree."""
     tree = sc.git.out("rev-parse", f"{commit}^{{tree}}")
-    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree))
+    present = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", tree, "--", *touched).stdout.split("\0"))
+    gone = [p for p in touched if p not in present]
+    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree) if gone else {})
     if sc.applies_all(tree, moved):
         rows = [PatchReport(name, dryrun.CLEAN) for name in names]
     else:
         rows = dryrun.table(sc, names, mails, tree, pin_tree, moved)
-    return [PatchReport(r.patch, r.outcome, r.files, r.hunks, r.depends_on, renamed=f)
-            for r, f in zip(rows, followed, strict=True)]
+    return [dataclasses.replace(r, renamed=f) for r, f in zip(rows, followed, strict=True)], moved
 
 
 def _changed(git: GitRepo, commit: str) -> list[tuple[str, str]]:
@@ -252,12 +335,15 @@ def _subject(git: GitRepo, commit: str) -> str:
     return git.out("log", "-1", "--format=%s", commit)
 
 
-def _history(git: GitRepo, cache_repo: Path, urls: list[str], pin_commit: str, new: str, old: str) -> str:
+def _history(git: GitRepo, urls: list[str], pin_commit: str, new: str, old: str) -> str:
     """Fetch NEW (and OLD) with the history since the pin into the scratch repository; NEW's id.
 
-    The cache holds the pin at depth 1: its shallow file says so, and the pin is the only commit
+    The cache holds the pin at depth 1 (the scratch repository borrows its objects), and the pin is the only commit
     offered as what we have (`--negotiation-tip`), so only the commits after it come."""
-    merge_shallow(cache_repo, git.path)
+    # only the pin is a boundary here: a newer commit the cache holds at depth 1 (a dry run or rebase
+    # fetched it) would otherwise be taken for a commit without parents, and NEW not seen to descend
+    # from the pin; without the mark its missing parents make git fetch them with the range
+    atomic_write_text(git.path / "shallow", f"{pin_commit}\n")
     git.update_ref("refs/old", pin_commit)
     errors = []
     for url in urls:

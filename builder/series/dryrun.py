@@ -43,6 +43,7 @@ from builder.errors import ProcessError, SeriesError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo, init_repo
 from builder.project import Project
+from builder.series import resolutions as rr
 from builder.series.model import Patch, load_series
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched, merge_shallow
@@ -54,6 +55,8 @@ CONFLICT = "conflict"
 UPSTREAM = "already-upstream"
 DEPENDS = "depends"
 RESOLVED = "resolved"
+REUSED = "resolution reused"
+"""A conflict resolved by a resolution recorded in patches/resolutions/ (`builder.series.resolutions`)."""
 SKIPPED = "skipped"
 
 
@@ -106,6 +109,9 @@ class PatchReport:
     change: str = ""
     """A finished rebase: what the move did to the patch's diff (`change_class`): unchanged, context
     only, or changed ('' when the patch is gone or nothing compared it)."""
+    resolutions: tuple[str, ...] = ()
+    """Keys of the recorded resolutions (patches/resolutions/) reused for it (REUSED), or recorded
+    for it (a conflict resolved by hand at `rebase --continue`)."""
 
     @property
     def failed(self) -> bool:
@@ -135,7 +141,8 @@ class RebaseReport:
         rows = tuple(PatchReport(
             r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
             UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
-            if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ())), r.get("change", ""))
+            if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ())), r.get("change", ""),
+            tuple(r.get("resolutions", ())))
             for r in data["patches"])
         return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
                    data.get("recovery_ref", ""))
@@ -148,6 +155,7 @@ class RebaseReport:
                          **({"merged_as": p.merged_as} if p.merged_as else {}),
                          **({"renamed": list(p.renamed)} if p.renamed else {}),
                          **({"change": p.change} if p.change else {}),
+                         **({"resolutions": list(p.resolutions)} if p.resolutions else {}),
                          **({"fixed_upstream": p.fix.as_json()} if p.fix else {})} for p in self.patches],
             **({"recovery_ref": self.recovery_ref} if self.recovery_ref else {}),
             **({"range_diff": self.range_diff} if self.range_diff else {}),
@@ -163,6 +171,11 @@ class Scratch:
             "".join(f"{p.resolve()}\n" for p in dict.fromkeys(borrow)))
         self.env = {"GIT_INDEX_FILE": str(root / "index")}
         self.root = root
+        self.resolutions: dict[str, rr.Resolution] = {}
+        """The series' recorded resolutions (patches/resolutions/), reused where a conflict has one."""
+        self.hunks = True
+        """Whether a conflict's row lists the hunks that do not apply, each tried on its own (canary
+        asks for them only at the commit it reports: a range's other conflicts need no detail)."""
 
     def apply(self, tree: str, mail: Path, *flags: str) -> tuple[bool, str]:
         """Apply `mail` on `tree` in the index: (applied, the resulting tree or '')."""
@@ -223,6 +236,38 @@ class Scratch:
                 out.append(mail)
             followed.append(done)
         return out, followed
+
+    def reuse(self, tree: str, mail: Path) -> tuple[str, tuple[str, ...]]:
+        """`mail` on `tree` by a 3-way merge whose conflicts each have a recorded resolution that fits:
+        (the tree, the keys reused); ('', ()) otherwise. The merge runs in a scratch work tree holding
+        only the mail's files, so the conflicted files are those `rebase` would meet."""
+        wt = self.root / "wt"
+        shutil.rmtree(wt, ignore_errors=True)
+        wt.mkdir()
+        work = f"--work-tree={wt}"
+        self.git.run("read-tree", tree, env=self.env)
+        paths = [p for p, _h, _l in split_hunks(mail.read_bytes())]
+        self.git.run(work, "checkout-index", "-f", "--", *paths, env=self.env, check=False)
+        self.git.run(work, "apply", "--3way", str(mail), env=self.env, check=False)
+        conflicted = self.unmerged()
+        keys: list[str] = []
+        if not conflicted:
+            return "", ()
+        # the conflicted files with their markers, merged again from the index's stages (`apply --3way`
+        # with a work tree of a bare repository leaves the file as it was)
+        self.git.run(work, "checkout", "-m", "--", *conflicted, env=self.env, check=False)
+        for path in conflicted:
+            text = (wt / path).read_bytes() if (wt / path).is_file() else b""
+            res = self.resolutions.get(rr.key_of(text))
+            resolved = rr.carry(res, text) if res else None
+            if res is None or resolved is None:
+                return "", ()
+            (wt / path).write_bytes(resolved)
+            keys.append(res.key)
+        self.git.run(work, "add", "--", *conflicted, env=self.env)
+        if self.unmerged():
+            return "", ()
+        return self.git.out("write-tree", env=self.env), tuple(dict.fromkeys(keys))
 
     def unmerged(self) -> list[str]:
         out = self.git.run("ls-files", "--unmerged", "-z", env=self.env).stdout
@@ -408,6 +453,7 @@ def dry_run(project: Project, new_pin: Pin, check: Check | None = None) -> Rebas
     new = upstream.fetch(project.cache_dir, new_pin)
     new_commit = new_pin.commit or new.commit
     with scratch_repo([old.repo / "objects", new.repo / "objects"]) as sc:
+        sc.resolutions = rr.load(project.patches_dir)
         mails = [p.path for p in series.patches]
         names = [p.name for p in series.patches]
         moved, followed = sc.follow(mails, renames(sc.git, old.tree, new.tree))
@@ -644,7 +690,11 @@ def _try(sc: Scratch, tree: str, name: str, mail: Path) -> tuple[PatchReport, st
     if ok:
         return PatchReport(name, UPSTREAM if after == tree else THREE_WAY), after
     unmerged = sc.unmerged()
-    files, hunks = sc.failed_hunks(tree, mail)
+    if unmerged and sc.resolutions:
+        after, keys = sc.reuse(tree, mail)
+        if after:
+            return PatchReport(name, REUSED, resolutions=keys), after
+    files, hunks = sc.failed_hunks(tree, mail) if sc.hunks else ([], [])
     return PatchReport(name, CONFLICT, tuple(dict.fromkeys(unmerged + files)), tuple(hunks)), tree
 
 

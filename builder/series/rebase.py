@@ -15,6 +15,7 @@ from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series import dryrun
+from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
 from builder.series.model import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
@@ -22,6 +23,7 @@ from builder.series.workrepo import (
     OUTCOME_3WAY,
     OUTCOME_CLEAN,
     OUTCOME_RESOLVED,
+    OUTCOME_REUSED,
     OUTCOME_SKIPPED,
     OUTCOME_UPSTREAM,
     PATCHED,
@@ -58,7 +60,7 @@ class RebaseResult:
 
 # what the sequencer's outcomes are called in the rebase table (the dry run's words)
 _TABLE_OUTCOME = {OUTCOME_CLEAN: dryrun.CLEAN, OUTCOME_3WAY: dryrun.THREE_WAY, OUTCOME_RESOLVED: dryrun.RESOLVED,
-                  OUTCOME_UPSTREAM: dryrun.UPSTREAM, OUTCOME_SKIPPED: dryrun.SKIPPED}
+                  OUTCOME_UPSTREAM: dryrun.UPSTREAM, OUTCOME_SKIPPED: dryrun.SKIPPED, OUTCOME_REUSED: dryrun.REUSED}
 
 
 def dry_run_rebase(project: Project, onto: str, check: Check | None = None) -> RebaseReport:
@@ -79,7 +81,8 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
         dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
                            merged_as=before[o.name].merged_as if o.name in before else "",
                            fix=before[o.name].fix if o.name in before else None,
-                           renamed=(renamed or {}).get(o.name, ()), change=(changes or {}).get(o.name, ""))
+                           renamed=(renamed or {}).get(o.name, ()), change=(changes or {}).get(o.name, ""),
+                           resolutions=tuple(o.resolutions))
         for o in outcomes),
                                    range_diff=range_diff, recovery_ref=recovery_ref)
     path = project.state_dir / f"rebase-{old_pin.short}-{new_pin.short}.json"
@@ -110,7 +113,7 @@ def rebase(project: Project, onto: str, check: Check | None = None,
         old_pin = load_pin(project.pin_file)
         new_pin = target_pin(old_pin, onto)
         series = load_series(project.patches_dir)
-        work = WorkRepo(project.work_repo)
+        work = _work(project)
         if not work.exists() or work.head() is None:
             raise WorkTreeError(f"{work.path}: nothing to rebase; run `patchset apply` first")
         ensure_no_op(work)
@@ -158,6 +161,15 @@ def rebase(project: Project, onto: str, check: Check | None = None,
         work.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: rebase onto {new_pin.commit}")
         outcomes = work.run_queue()
         return _finish(project, work, old_pin, new_pin, outcomes, predicted)
+
+
+def _work(project: Project) -> WorkRepo:
+    """The work repository, with the series' recorded resolutions to reuse and its folder to record
+    new ones in (a wrong resolution is refused here, before anything moves)."""
+    work = WorkRepo(project.work_repo)
+    work.patches_dir = project.patches_dir
+    work.resolutions = rr.load(project.patches_dir)
+    return work
 
 
 def _checked_file(project: Project, old_pin: Pin, new_pin: Pin) -> Path:
@@ -230,7 +242,7 @@ def skip_rebase(project: Project) -> RebaseResult:
 
 def _resume(project: Project, step: Callable[[WorkRepo], list[PatchOutcome]]) -> RebaseResult:
     with project_lock(project.lock_file):
-        work = WorkRepo(project.work_repo)
+        work = _work(project)
         state = work.load_state() if work.exists() else None
         if state is None or state.op is None or state.op.kind != "rebase":
             raise WorkTreeError(f"{project.work_repo}: no rebase is stopped at a conflict")

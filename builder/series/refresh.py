@@ -15,6 +15,7 @@ from builder.fsutil import atomic_write, atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series.dryrun import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class
 from builder.series.model import Finding, read_series_file
 from builder.series.workrepo import (
     PATCHED,
@@ -47,6 +48,20 @@ FORMAT_PATCH_FLAGS = (
 class FileChange:
     name: str
     change: str  # unchanged | updated | added | removed
+    review: str = ""
+    """An updated patch: `context only` when its message and the lines it adds and removes are
+    unchanged (an earlier patch or upstream moved the lines around it: only context, line numbers or
+    blob ids differ; no new review needed), else `changed` (`dryrun.change_class`)."""
+
+
+def review_class(old: bytes | None, new: bytes) -> str:
+    """`context only` or `changed` for a patch file rewritten from `old` to `new` (see FileChange)."""
+    if old is None:
+        return CHANGED
+    # the message and headers: everything before the diff
+    if old.split(b"\ndiff --git ", 1)[0] != new.split(b"\ndiff --git ", 1)[0]:
+        return CHANGED
+    return CONTEXT_ONLY if change_class(old, new) in (CONTEXT_ONLY, UNCHANGED) else CHANGED
 
 
 def normalize(mail: bytes) -> bytes:
@@ -79,8 +94,10 @@ def write_series(patches_dir: Path, mails: list[tuple[str, bytes]],
         if _file(patches_dir, files, name) == data:
             changes.append(FileChange(name, "unchanged"))
             continue
+        old = _file(patches_dir, files, name)
         atomic_write(path, data)
-        changes.append(FileChange(name, "updated" if name in old_names else "added"))
+        changes.append(FileChange(name, "updated", review_class(old, data)) if name in old_names and old is not None
+                       else FileChange(name, "added"))
     new_names = {n for n, _ in mails}
     for name in old_names:
         if name not in new_names:
@@ -116,8 +133,8 @@ def stale_files(patches_dir: Path, mails: list[tuple[str, bytes]]) -> list[FileC
         path = patches_dir / name
         if not path.is_file():
             changes.append(FileChange(name, "added"))
-        elif path.read_bytes() != data:
-            changes.append(FileChange(name, "updated"))
+        elif (old := path.read_bytes()) != data:
+            changes.append(FileChange(name, "updated", review_class(old, data)))
     changes += [FileChange(n, "removed") for n in old_names if n not in new_names and (patches_dir / n).exists()]
     changes += [FileChange(p.name, "unlisted") for p in sorted(patches_dir.glob("*.patch"))
                 if p.name not in new_names and p.name not in old_names]

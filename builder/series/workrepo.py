@@ -17,6 +17,7 @@ repository.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ from builder.errors import ConflictError, SourceError, StateError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo, init_repo
 from builder.project import Project
+from builder.series import resolutions as rr
 from builder.series.model import Series
 from builder.upstream.fetch import Fetched, fetch, merge_shallow
 from builder.upstream.pin import Pin, load_pin
@@ -45,6 +47,7 @@ OUTCOME_3WAY = "applied by 3-way merge"
 OUTCOME_RESOLVED = "conflict resolved by hand"
 OUTCOME_UPSTREAM = "already upstream (dropped)"
 OUTCOME_SKIPPED = "skipped (dropped with --skip)"
+OUTCOME_REUSED = "conflict resolved by a recorded resolution"
 
 AM_BATCH_MAX = 1000
 """Mails per `git am` process: the queue's paths stay well inside the command line's limit."""
@@ -55,6 +58,8 @@ class PatchOutcome:
     name: str
     outcome: str
     commit: str = ""
+    resolutions: list[str] = field(default_factory=list)
+    """Keys of the resolutions (patches/resolutions/) reused (OUTCOME_REUSED) or recorded (resolved by hand)."""
 
 
 @dataclass
@@ -83,7 +88,8 @@ class Operation:
 
     def named(self, outcomes: list[PatchOutcome]) -> tuple[PatchOutcome, ...]:
         """The outcomes under the series' file names, not the queue's 0001.patch."""
-        return tuple(PatchOutcome(self.name_at(i, o.name), o.outcome, o.commit) for i, o in enumerate(outcomes))
+        return tuple(PatchOutcome(self.name_at(i, o.name), o.outcome, o.commit, o.resolutions)
+                     for i, o in enumerate(outcomes))
 
     def name_at(self, index: int, default: str) -> str:
         return self.names[index] if index < len(self.names) else default
@@ -123,6 +129,8 @@ class ConflictInfo:
     """`path:line` of each hunk git could not place."""
     conflicted: tuple[str, ...]
     """Files left with conflict markers."""
+    unfit: str = ""
+    """A recorded resolution with this conflict's key that does not carry onto it (stale)."""
 
 
 def _conflict_message(c: ConflictInfo) -> str:
@@ -131,6 +139,9 @@ def _conflict_message(c: ConflictInfo) -> str:
         lines.append("  failed hunks: " + ", ".join(c.failed))
     if c.conflicted:
         lines.append("  conflicts in: " + ", ".join(c.conflicted))
+    if c.unfit:
+        lines.append(f"  patches/{c.unfit} was recorded for this conflict but does not fit this file (stale): "
+                     "not used; the resolution made now replaces it")
     lines.append(f"  resolve in the work tree and `git add` the files, then `patchset {c.kind} --continue`;")
     lines.append(f"  or `patchset {c.kind} --abort` to go back to the state before")
     return "\n".join(lines)
@@ -181,6 +192,10 @@ class WorkRepo:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.git = GitRepo(path)
+        self.patches_dir: Path | None = None
+        """Set by rebase: conflicts resolved by hand are recorded in its resolutions/ folder, and the
+        resolutions there (`resolutions`) are reused where the same conflict comes back."""
+        self.resolutions: dict[str, rr.Resolution] = {}
 
     @property
     def meta_dir(self) -> Path:
@@ -384,15 +399,21 @@ class WorkRepo:
             name = op.queue[0]
             mail = self.queue_dir / name
             outcome, am_output = self._apply_one(mail, op.detect_upstream)
+            # name the series' file, not the queue's 0002.patch
+            position = len(op.done) + 1
+            shown = op.name_at(position - 1, name)
+            reused: list[str] = []
+            unfit = ""
+            if outcome is None and self.resolutions:
+                reused, unfit = self._reuse()
+                outcome = OUTCOME_REUSED if reused else None
             if outcome is None:
                 op.stopped = True
                 self.save_state(state)
-                # name the series' file, not the queue's 0002.patch
-                position = len(op.done) + 1
-                shown = op.name_at(position - 1, name)
-                raise StoppedOnConflict(self._conflict(op.kind, position, total, shown, mail, am_output),
-                                        self.path)
-            op.done.append(PatchOutcome(name, outcome, self.git.out("rev-parse", "HEAD")))
+                self._keep_conflict(shown, mail)
+                info = self._conflict(op.kind, position, total, shown, mail, am_output)
+                raise StoppedOnConflict(dataclasses.replace(info, unfit=unfit), self.path)
+            op.done.append(PatchOutcome(name, outcome, self.git.out("rev-parse", "HEAD"), reused))
             op.queue.pop(0)
             self.save_state(state)
         return op.done
@@ -497,6 +518,82 @@ class WorkRepo:
             failed += re.findall(r"error: (\S+): does not exist in index", check.stderr)
         return ConflictInfo(kind, position, total, name, tuple(dict.fromkeys(failed)), tuple(conflicted))
 
+    # -- resolutions remembered (builder.series.resolutions) ------------------------------------
+    @property
+    def conflict_dir(self) -> Path:
+        """The conflicted files as the stop left them, for recording their resolution at --continue."""
+        return self.meta_dir / "conflict"
+
+    def _reuse(self) -> tuple[list[str], str]:
+        """At a conflict: resolve every conflicted file with a recorded resolution and finish the
+        patch (`git am --continue`). (keys reused, '') when all were; else nothing is touched and
+        ([], the name of a resolution that has the key but does not fit, or '')."""
+        paths = self.git.out("diff", "--name-only", "--diff-filter=U").split()
+        if not paths:
+            return [], ""
+        plan: dict[str, tuple[rr.Resolution, bytes]] = {}
+        for path in paths:
+            text = (self.path / path).read_bytes()
+            res = self.resolutions.get(rr.key_of(text))
+            if res is None:
+                return [], ""
+            resolved = rr.carry(res, text)
+            if resolved is None:
+                return [], res.name
+            plan[path] = (res, resolved)
+        for path, (_res, resolved) in plan.items():
+            (self.path / path).write_bytes(resolved)
+        self.git.run("add", "--", *plan)
+        r = self.git.run("am", "--continue", env=COMMITTER, check=False)
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no message)"]
+            raise WorkTreeError(f"{self.path}: git am --continue with the recorded resolutions "
+                                f"({', '.join(res.name for res, _ in plan.values())}) failed: {last[0]}")
+        return list(dict.fromkeys(res.key for res, _ in plan.values())), ""
+
+    def _keep_conflict(self, patch: str, mail: Path) -> None:
+        """Save the conflicted files as they are now (rebase only), so that --continue can record
+        their resolution."""
+        shutil.rmtree(self.conflict_dir, ignore_errors=True)
+        if self.patches_dir is None:
+            return
+        paths = self.git.out("diff", "--name-only", "--diff-filter=U").split()
+        self.conflict_dir.mkdir(parents=True)
+        for i, path in enumerate(paths):
+            (self.conflict_dir / str(i)).write_bytes((self.path / path).read_bytes())
+        subject = next((ln[9:] for ln in mail.read_text(encoding="utf-8", errors="replace").splitlines()
+                        if ln.startswith("Subject: ")), "")
+        atomic_write_text(self.conflict_dir / "files.json",
+                          json.dumps({"patch": patch, "subject": subject, "paths": paths}) + "\n")
+
+    def _staged_resolutions(self) -> list[tuple[str, str, str, bytes, bytes]]:
+        """(patch, subject, path, conflicted, staged) of each file the stop saved: read before `am --continue`."""
+        listing = self.conflict_dir / "files.json"
+        if self.patches_dir is None or not listing.is_file():
+            return []
+        data = json.loads(listing.read_text())
+        out = []
+        for i, path in enumerate(data["paths"]):
+            tmp = self.git.out("checkout-index", "--temp", "--", path).split("\t", 1)[0]
+            if not tmp:
+                continue
+            staged = (self.path / tmp).read_bytes()
+            (self.path / tmp).unlink()
+            out.append((data["patch"], data.get("subject", ""), path, (self.conflict_dir / str(i)).read_bytes(),
+                        staged))
+        return out
+
+    def _remember(self, staged: list[tuple[str, str, str, bytes, bytes]]) -> list[str]:
+        """Record each resolution in patches/resolutions/; their keys."""
+        kept = []
+        if self.patches_dir is not None:
+            for patch, subject, path, conflicted, resolved in staged:
+                res = rr.record(self.patches_dir, patch, subject, path, conflicted, resolved)
+                if res is not None:
+                    kept.append(res.key)
+        shutil.rmtree(self.conflict_dir, ignore_errors=True)
+        return kept
+
     def continue_op(self) -> list[PatchOutcome]:
         state = self.load_state()
         op = state.op
@@ -516,11 +613,14 @@ class WorkRepo:
                 self.git.run("am", "--skip", check=False)
                 op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_UPSTREAM))
             else:
+                saved = self._staged_resolutions()
                 r = self.git.run("am", "--continue", env=COMMITTER, check=False)
                 if r.returncode != 0:
                     last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no message)"]
                     raise WorkTreeError(f"{self.path}: git am --continue failed: {last[0]}")
-                op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_RESOLVED, self.git.out("rev-parse", "HEAD")))
+                kept = self._remember(saved)
+                op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_RESOLVED, self.git.out("rev-parse", "HEAD"),
+                                            kept))
             op.stopped = False
             self.save_state(state)
         return self.run_queue()
@@ -534,6 +634,7 @@ class WorkRepo:
             raise WorkTreeError(f"{self.path}: no apply or rebase is stopped at a conflict")
         if self.in_am():
             self.git.run("am", "--skip", env=COMMITTER)
+        shutil.rmtree(self.conflict_dir, ignore_errors=True)
         op.done.append(PatchOutcome(op.queue.pop(0), OUTCOME_SKIPPED))
         self.save_state(state)
         return self.run_queue()
@@ -556,6 +657,7 @@ class WorkRepo:
             self.git.run("checkout", "--quiet", op.pre_branch, check=False)
         state.op = None
         self.save_state(state)
+        shutil.rmtree(self.conflict_dir, ignore_errors=True)
         return op
 
     def finish(self, state_update: dict) -> State:
@@ -566,6 +668,7 @@ class WorkRepo:
         self.save_state(state)
         if self.queue_dir.exists():
             shutil.rmtree(self.queue_dir)
+        shutil.rmtree(self.conflict_dir, ignore_errors=True)
         return state
 
 

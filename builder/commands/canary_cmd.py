@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.table import Table
 
+from builder.commands import jsonout
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try every Nth commit only (the first breaking commit is then known to within N)")
     p.add_argument("--scan", action="store_true",
                    help="try every commit instead of bisecting (a linear scan, to check the bisection against)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    jsonout.add_option(p, "the report")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
 
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.markdown:
         atomic_write_text(Path(args.markdown), markdown(report))
     if args.json:
-        print(json.dumps(report.as_json(), indent=1))
+        jsonout.emit(args, "canary", report.as_json())
     else:
         _print(report)
     return Outcome.CONFLICT if report.broken else Outcome.OK

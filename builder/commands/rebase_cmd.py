@@ -47,8 +47,8 @@ def print_way_back(report: RebaseReport) -> None:
         console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
         console.print(report.range_diff.rstrip("\n"), highlight=False, markup=False)
     if report.recovery_ref:
-        console.print(f"the series as it was: {report.recovery_ref} in the work repository "
-                      "(the way back: docs/upstream.md)", highlight=False)
+        console.print(f"the series as it was: {report.recovery_ref} in the work repository; `patchset undo` "
+                      "takes the move back (docs/upstream.md)", highlight=False)
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:

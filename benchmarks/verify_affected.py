@@ -13,7 +13,7 @@ Two edits, each of one patch in the middle of the series (its added line says so
 
 For each: verify with this feature (earlier proofs carried over where they hold), verify as it was
 before it (every patch whose trees changed is re-proven: the evidence without its `depends` record),
-and `verify --force` (every patch re-proven). All three start from the same evidence and a warm
+and `verify --no-reuse` (every patch re-proven). All three start from the same evidence and a warm
 build folder. The real-pin series of benchmarks/fork_series.py is not used: its test patches only
 add a comment to tests/test-opt.cpp (they are not proven, so there is no proof to carry), and each
 tree of it rebuilds much of ggml (minutes per tree on 2 cores).
@@ -134,7 +134,7 @@ def edit_real(root: Path) -> int:
 
 
 def compare(project: Project, label: str, n: int, pristine: Path, proven: list[str], run: Callable) -> None:
-    """verify with earlier proofs carried, as before, and --force, each from the evidence in `pristine`."""
+    """verify with earlier proofs carried, as before, and --no-reuse, each from the evidence in `pristine`."""
     times = {}
     reproved = {}
     for mode in ("affected", "before", "force"):
@@ -150,9 +150,9 @@ def compare(project: Project, label: str, n: int, pristine: Path, proven: list[s
     print(f"\nedit of patch {n} ({label}: {load_series(project.patches_dir).patches[n - 1].name})")
     print(row(f"verify, earlier proofs carried ({reproved['affected']} re-proven)", times["affected"]))
     print(row(f"verify as before: changed trees ({reproved['before']} re-proven)", times["before"]))
-    print(row(f"verify --force ({reproved['force']} re-proven)", times["force"]))
+    print(row(f"verify --no-reuse ({reproved['force']} re-proven)", times["force"]))
     print(f"before / carried = {times['before'] / times['affected']:.1f}x; "
-          f"--force / carried = {times['force'] / times['affected']:.1f}x", flush=True)
+          f"--no-reuse / carried = {times['force'] / times['affected']:.1f}x", flush=True)
 
 
 def synthetic(base: Path, n: int, tests: int) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 from rich.markup import escape
 
 from builder import __version__, proc
-from builder.commands import NAMES, load
+from builder.commands import NAMES, jsonout, load
+from builder.commands.options import REFUSED_DEST
 from builder.console import err_console, setup_logging
-from builder.errors import EXIT_CODES, EXIT_INTERNAL, Outcome, PatchsetError
+from builder.errors import EXIT_CODES, EXIT_INTERNAL, InputError, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
@@ -143,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     for var in _GIT_REDIRECTS:
         os.environ.pop(var, None)
     argv = sys.argv[1:] if argv is None else argv
+    if os.environ.get("_ARGCOMPLETE"):
+        # run by `patchset completion`'s script: answer from the whole parser and exit
+        import argcomplete  # noqa: PLC0415 (a completion only; a verb starts faster)
+
+        argcomplete.autocomplete(build_parser())
     parser = build_parser(only=_verb(argv))
     if not argv:
         parser.print_help()
@@ -151,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     try:
         proc.check_timeout_variables()
+        if getattr(args, REFUSED_DEST, None):
+            raise InputError(getattr(args, REFUSED_DEST))
         project = load_project(root=args.project, pin_file=args.pin) if args.needs_project else None
-        return exit_code(args.handler(args, project))
+        with jsonout.console_aside(args):
+            return exit_code(args.handler(args, project))
     except PatchsetError as e:
         if args.debug:
             err_console.print_exception()

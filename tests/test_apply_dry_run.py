@@ -89,7 +89,7 @@ def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.Captur
     # the command: exit 3 (some patch would not apply), the same table as JSON, still nothing written
     capsys.readouterr()
     assert main(["--project", str(proj.root), "apply", "--dry-run", "--json"]) == 3
-    assert json.loads(capsys.readouterr().out) == report.as_json()
+    assert json.loads(capsys.readouterr().out) == {"format": "patchset-apply/1", **report.as_json()}
     assert main(["--project", str(proj.root), "apply", "--dry-run"]) == 3
     out = capsys.readouterr().out
     assert "2 of 5 patch(es) would not apply" in out and f"needs {names[1]}" in out.replace("\n", "")

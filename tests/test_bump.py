@@ -88,6 +88,7 @@ def reports(proj: Proj) -> list[Path]:
 
 def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     old = load_pin(mini.project.pin_file)
+    old_text = mini.project.pin_file.read_bytes()
     # upstream moves on: lines above the fixes, so every patch lands on other blob ids
     new = mini.upstream.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C, "README": "calc 2\n"}, "calc: note\n")
     before = mini.snapshot()
@@ -121,6 +122,12 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
     capsys.readouterr()
     assert main(["--project", str(mini.root), "verify", "--backend", "cpu", "-j", "2"]) == 0
     assert capsys.readouterr().out.count("evidence reused") == 2
+    # `undo` takes the bump back: the pin, patches/ and the work repository as they were
+    assert main(["--project", str(mini.root), "undo"]) == 0
+    assert "before bump" in capsys.readouterr().out
+    assert mini.project.pin_file.read_bytes() == old_text and mini.snapshot() == before
+    assert mini.wgit("rev-parse", "upstream") == old.commit
+    assert main(["--project", str(mini.root), "refresh", "--check"]) == 0
 
 
 def failing_bump(mini: Proj, capsys: pytest.CaptureFixture[str], code: int,
@@ -224,9 +231,10 @@ def test_a_bump_killed_after_its_commit_point_is_finished_by_the_next(tmp_path: 
     s, new = bump_scenario(tmp_path)
     ref = reference_run(s)
     assert ref.outcome.returncode == 0
-    # the work repository's move is its last subprocesses: checkout, update-ref (x3); killed between two update-refs
-    point = [i for i, label in enumerate(ref.points, 1) if label.endswith("[update-ref]")][-2]
-    assert ref.points[point - 2].endswith("[update-ref]"), ref.points[point - 3:]
+    # the work repository's move is among its last subprocesses: checkout, update-ref (x3), then the
+    # undo ref; killed between two update-refs of the move
+    point = [i for i, label in enumerate(ref.points, 1)
+             if label.endswith("[update-ref]") and ref.points[i - 2].endswith("[update-ref]")][-1]
     rc, out, killed = s.traced_run(tmp_path / "killed-trace", PATCHSET_FAULT_KILL_AT=str(point))
     assert rc == KILLED, out
     # killed there: the switch is sequential, whatever the sweep's threads did before it

@@ -98,7 +98,7 @@ def test_canary_finds_each_patch_s_first_breaking_commit_as_a_linear_scan_does(
     md = proj.root / "canary.md"
     assert main(["--project", str(proj.root), "canary", "--json", "--markdown", str(md)]) == 3
     data = json.loads(capsys.readouterr().out)
-    assert data == report.as_json()
+    assert data == {"format": "patchset-canary/1", **report.as_json()}
     assert [p["tries"] for p in data["patches"]] == [p.tries for p in report.patches]
     assert f"`{ids[FIXED - 1][:12]}`" in md.read_text()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,3 +282,60 @@ def test_damaged_records_are_one_line_errors(mini: Mini, capsys: pytest.CaptureF
     finally:
         for f, data in saved.items():
             f.write_bytes(data)
+
+
+def _json_of(mini: Mini, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = mini.cli(*args)
+    out, err = capsys.readouterr()
+    try:
+        return code, json.loads(out)
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"patchset {' '.join(args)}: stdout is not one JSON document ({e}):\n{out}\n"
+                             f"stderr:\n{err}") from None
+
+
+@pytest.mark.usefixtures("built")
+def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path) -> None:
+    pin = tomllib.loads((mini.root / "upstream" / "llama.cpp.toml").read_text())
+    # an upstream commit off the pin's branch that changes the line patch 1 fixes: bump stops at its rebase
+    scratch = mini.root.parent / "scratch"
+    git(scratch, "checkout", "--quiet", "-B", "moved", pin["commit"])
+    moved = commit(scratch, {"ggml/src/calc.c": SUB_FIX.replace("a - b;", "b - a;")}, "upstream moves calc\n")
+    git(scratch, "push", "--quiet", pin["source"][0]["url"], "moved:refs/heads/moved")
+    runs: dict[str, tuple[str, ...]] = {
+        "status": ("status", "--json"),
+        "check": ("check", "--json"),
+        "apply": ("apply", "--dry-run", "--json"),
+        "rebase": ("rebase", "--dry-run", "--onto", pin["commit"], "--json"),
+        "build": ("build", "-j", "2", "--json"),
+        "test": ("test", "--json"),
+        "sweep": ("test", "--against", "upstream", "-j", "2", "--confirm", "0", "--json"),
+        "verify": ("verify", "--backend", "cpu", "-j", "2", "--json"),
+        "verify-recorded": ("verify", "--report", "--json"),
+        "all": ("all", "-j", "2", "--json"),
+        "canary": ("canary", "--range", f"..{moved}", "--json"),
+        "export": ("export", "--check", "--author", "Ann Example <ann@example.org>", "--out", str(tmp_path / "x"),
+                   "--json"),
+        "evidence": ("evidence", "check", "--json"),
+        "bump": ("bump", "--onto", moved, "-j", "2", "--json"),
+    }
+    seen = {}
+    for name, args in runs.items():
+        code, doc = _json_of(mini, capsys, *args)
+        assert str(doc.get("format")).startswith(f"patchset-{name}/"), (args, doc)
+        seen[name] = (code, doc)
+    from builder.commands.jsonout import FORMATS  # noqa: PLC0415
+    assert {name: doc["format"] for name, (_, doc) in seen.items()} == {
+        name: f"patchset-{name}/{version}" for name, (version, _, _) in FORMATS.items()}
+    assert [p["name"] for p in seen["status"][1]["patches"]] == mini_series(mini)
+    assert {v["outcome"] for v in seen["verify"][1]["verdicts"]} == {"proven", "not proven"}
+    assert seen["verify"][0] == 4 and seen["all"][0] == 4
+    assert [p["program"] for p in seen["test"][1]["programs"]] == ["test-opt", "test-backend-ops", "test-sub",
+                                                                   "test-add"]
+    assert seen["bump"][0] == 3 and seen["bump"][1]["failed_stage"] == "rebase"
+
+
+def mini_series(mini: Mini) -> list[str]:
+    return [line for line in (mini.root / "patches" / "series").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]

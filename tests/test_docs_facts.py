@@ -82,6 +82,25 @@ def test_readme_command_table_is_the_parsers() -> None:
     assert table == markdown(build_parser()), "README's table of commands is stale: run `patchset help --markdown`"
 
 
+def test_json_formats_table_is_the_codes() -> None:
+    from builder.commands import jsonout  # noqa: PLC0415
+
+    text = (ROOT / "docs" / "json.md").read_text(encoding="utf-8")
+    start, end = (text.index(m) for m in jsonout.MARKERS)
+    assert text[start + len(jsonout.MARKERS[0]):end].strip() == jsonout.markdown().strip(), \
+        "docs/json.md's table is stale: run `patchset help --json-formats`"
+    # every command that takes --json prints a document the table lists
+    sub = _sub(build_parser())
+    assert sub is not None
+    takes = set()
+    for name, p in sub.choices.items():
+        inner = _sub(p)
+        for q in (inner.choices.values() if inner else [p]):
+            if any("--json" in a.option_strings for a in q._actions):
+                takes.add(name)
+    assert takes == {cmd.split()[0] for _, cmd, _ in jsonout.FORMATS.values()}
+
+
 def test_help_markdown_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["help", "--markdown"]) == 0
     out = capsys.readouterr().out

@@ -200,11 +200,23 @@ def series_verb_scenario(*args: str) -> Callable[[Path], Scenario]:
     return make
 
 
+def undo_move_scenario(verb: str) -> Callable[[Path], Scenario]:
+    """`undo` of a finished rebase (or of a bump's move, which leaves the same kind of recovery ref)."""
+    def make(tmp_path: Path) -> Scenario:
+        s = _base(tmp_path, ("undo",))
+        assert s.run("apply")[0] == 0
+        new = s.up.advance({"README": "tiny upstream, moved on\n"}, "README: moved on\n")
+        assert s.run(verb, "--onto", new)[0] == 0
+        return s
+    return make
+
+
 SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "fetch": fetch_scenario, "apply": apply_scenario, "refresh": refresh_scenario, "rebase": rebase_scenario,
     "verify": verify_scenario,
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
+    "undo-rebase": undo_move_scenario("rebase"),
 }
 
 

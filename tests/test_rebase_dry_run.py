@@ -94,7 +94,7 @@ def test_dry_run_reports_every_patch_and_changes_nothing(four: Proj, capsys: pyt
     capsys.readouterr()
     assert main(["--project", str(four.root), "rebase", "--onto", new, "--dry-run", "--json"]) == 3
     data = json.loads(capsys.readouterr().out)
-    assert data == report.as_json()
+    assert data == {"format": "patchset-rebase/1", **report.as_json()}
     assert _state(four) == before
 
 

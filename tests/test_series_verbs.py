@@ -198,3 +198,30 @@ def test_an_edit_that_breaks_a_later_patch_stays_an_edit(applied: Proj) -> None:
     rc, out = ps(applied, "undo")
     assert rc == 0, out
     in_step(applied)
+
+
+def test_undo_takes_back_a_rebase_then_the_verb_before_it(applied: Proj) -> None:
+    def state() -> tuple[bytes, dict[str, bytes]]:
+        return applied.project.pin_file.read_bytes(), applied.snapshot()
+
+    start = state()
+    rc, out = ps(applied, "drop", "2")
+    assert rc == 0, out
+    dropped = state()
+    old_up, old_head = applied.wgit("rev-parse", "upstream"), applied.wgit("rev-parse", "patched")
+    new = applied.upstream.advance({"README": "tiny upstream, moved on\n"}, "README: moved on\n")
+    rc, out = ps(applied, "rebase", "--onto", new)
+    assert rc == 0, out
+    assert state()[0] != dropped[0] and applied.wgit("rev-parse", "upstream") == new
+    # the pin, patches/ and the work repository's refs as they were before the rebase
+    rc, out = ps(applied, "undo")
+    assert rc == 0, out
+    assert "before rebase" in out, out
+    assert state() == dropped
+    assert applied.wgit("rev-parse", "upstream") == old_up and applied.wgit("rev-parse", "patched") == old_head
+    in_step(applied)
+    # then the drop made before it
+    rc, out = ps(applied, "undo")
+    assert rc == 0 and "before drop" in out, out
+    assert state() == start
+    in_step(applied)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from builder.build.toolchain import find_ccache
-from builder.cli import build_parser
+from builder.cli import build_parser, main
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
@@ -276,10 +276,14 @@ def test_a_changed_mutation_is_proven_again(project: Project) -> None:
     assert "re-proven: the mutation mutations/add-subtracts.patch changed" in verdicts[1].reason
 
 
-def test_force_is_a_flag_of_verify() -> None:
-    args = build_parser().parse_args(["verify", "--force"])
-    assert args.no_reuse is True
+def test_verify_force_is_refused_naming_no_reuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --force overwrites what a command would refuse to lose; verify's "prove again" is --no-reuse
+    assert build_parser().parse_args(["verify", "--no-reuse"]).no_reuse is True
     assert build_parser().parse_args(["verify"]).no_reuse is False
+    # an empty folder as the project: a verify that ran anyway would stop at once, naming no option
+    assert main(["--project", str(tmp_path), "verify", "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--no-reuse" in err and "Traceback" not in err
 
 
 def test_a_test_file_that_fails_to_compile_is_named_by_its_tree_path_in_the_evidence(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from builder.build.testrun import CRASH, FAIL, SKIP, ProgramResult, TestReport
-from builder.fsutil import atomic_write, atomic_write_text
+from builder.fsutil import atomic_write
 
 
 def program_dict(p: ProgramResult) -> dict:
@@ -31,10 +30,6 @@ def report_dict(report: TestReport) -> dict:
             "source": {"commit": report.source_commit, "tree": report.source_tree},
             "failed": report.failed, "nothing_checked": report.nothing_checked,
             "programs": [program_dict(p) for p in report.programs]}
-
-
-def write_json(report: TestReport, path: Path) -> None:
-    atomic_write_text(path, json.dumps(report_dict(report), indent=1) + "\n")
 
 
 def junit_xml(report: TestReport) -> bytes:

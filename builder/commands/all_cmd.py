@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from builder.build import cmakebuild as buildmod
 from builder.build.cmakebuild import PROFILES
 from builder.build.reports import report_dict, write_junit
 from builder.build.toolchain import CcacheStats
+from builder.commands import jsonout
 from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
@@ -19,7 +19,6 @@ from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_verdicts
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
 from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
@@ -39,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")
     p.add_argument("--junit", type=Path, help="write the test results as JUnit XML")
-    p.add_argument("--json", type=Path, help="write the run as JSON: each phase with its seconds, reuse and ccache "
-                   "counters, the verdicts and the test results (schema: docs/all.md)")
+    jsonout.add_option(p, "the run (each phase with its seconds, reuse and ccache counters, the verdicts and the "
+                          "test results; docs/all.md)", file=True)
     add_timeout(p)
 
 
@@ -54,8 +53,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         # also after a failed phase: the phases that ran, with their seconds
         report = clock.report(args.backend, started)
         print_summary(report)
-        if args.json:
-            atomic_write_text(args.json, json.dumps(report.to_json(out.get("tests")), indent=1) + "\n")
+        jsonout.emit(args, "all", report.to_json(out.get("tests")))
 
 
 def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dict) -> Outcome:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands import jsonout, options
 from builder.commands.dryrun_view import print_dry_run
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
@@ -20,9 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-run", action="store_true",
                    help="try every patch on the pin in a scratch index and print the rebase --dry-run table; "
                         "change nothing (for a series not applied yet, or whose old base is gone)")
-    p.add_argument("--json", action="store_true", help="with --dry-run: print the table as JSON")
-    p.add_argument("--force", action="store_true",
-                   help="re-apply even over uncommitted work or unsaved commits (saved under refs/patchset/backup/)")
+    jsonout.add_option(p, "with --dry-run: the table")
+    options.add_force(p, "apply", "uncommitted work or unsaved commits in the work repository (saved under "
+                                  "refs/patchset/backup/ first)")
 
 
 def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> None:
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if args.force:
             raise InputError("--dry-run changes nothing: --force has no meaning with it")
-        return print_dry_run(dry_run_apply(project), args.json, "on the pin")
+        return print_dry_run(dry_run_apply(project), args, "apply", "on the pin")
     if args.json:
         raise InputError("--json goes with --dry-run")
     if args.abort:

@@ -4,6 +4,7 @@ import argparse
 
 from builder import proc
 from builder.build.cmakebuild import PROFILES, TARGET_SETS, BuildResult
+from builder.commands import jsonout
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.pipeline import run_build
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--build-type", default="Release", help="CMAKE_BUILD_TYPE: Release, Debug, RelWithDebInfo, ...")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native)")
+    jsonout.add_option(p, "the build's result")
 
 
 def print_build(r: BuildResult) -> None:
@@ -50,4 +52,5 @@ def print_build(r: BuildResult) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     r = run_build(project, args.backend, args.targets, args.jobs, args.build_type, args.cuda_arch, CliProgress())
     print_build(r)
+    jsonout.emit(args, "build", jsonout.plain(r))
     return Outcome.OK if r.ok else Outcome.FAILED

@@ -7,14 +7,16 @@ from rich.markup import escape
 from builder import proc
 from builder.build.cmakebuild import PROFILES
 from builder.build.testrun import MODES
+from builder.commands import jsonout
 from builder.commands.rebase_cmd import print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
-from builder.commands.verify_cmd import print_not_here, print_verdicts
+from builder.commands.verify_cmd import print_not_here, print_verdicts, verify_json
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.orchestrate.bump import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult, bump
 from builder.project import Project
+from builder.prove.sweep import sweep_dict
 
 NAME = "bump"
 HELP = ("move the series to a new upstream only if no patch's bug is fixed there, it rebases, builds, passes the "
@@ -40,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "diff byte for byte) and record each in patches/dropped; without it they stop the bump "
                         "(exit 5). A patch fixed in part always stops it")
     add_timeout(p)
+    jsonout.add_option(p, "the bump's report")
 
 
 def outcome(result: BumpResult) -> Outcome:
@@ -57,12 +60,16 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         drop_fixed=args.drop_fixed,
     )
     result = bump(project, opts, CliProgress())
+    jsonout.emit(args, "bump", {
+        **jsonout.plain(result), "ok": result.ok,
+        "sweep": sweep_dict(result.sweep) if result.sweep is not None else None,
+        "verify": verify_json(result.verify) if result.verify is not None else None})
     if result.recovered:
         console.print(f"finished the interrupted bump onto {result.new_pin.commit[:12]}: pin "
                       f"{project.pin_file.name} and patches/ are on it")
         return Outcome.OK
     if result.rebase is not None:
-        print_report(result.rebase, False)
+        print_report(result.rebase)
     if result.sweep is not None:
         print_sweep(result.sweep)
     if result.verify is not None:

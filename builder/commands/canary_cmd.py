@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from pathlib import Path
 
 from rich.table import Table
 
+from builder.commands import jsonout
 from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="cpu", help="with --build/--test (default: cpu)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     add_timeout(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    jsonout.add_option(p, "the report")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
 
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.markdown:
         atomic_write_text(Path(args.markdown), markdown(report))
     if args.json:
-        print(json.dumps(report.as_json(), indent=1))
+        jsonout.emit(args, "canary", report.as_json())
     else:
         _print(report)
     return Outcome.CONFLICT if report.broken else Outcome.OK

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.deliver import evidence_facts
 from builder.deliver.readiness import strict_findings
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Patchset-Depends, build-fails is not caused by the API the patch adds, every Patchset-Test "
                         "is run by upstream's CTest or Patchset-Not-In-CI says why; and no undeclared guard case in "
                         "the committed evidence")
+    jsonout.add_option(p, "the problems")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.strict:
         # an added test case that passes without the fix too, as the committed evidence saw it
         findings += evidence_facts.guard_findings(series, project.root / "docs" / "evidence")
+    jsonout.emit(args, "check", {"strict": args.strict, "patches": len(series.patches), "ok": not findings,
+                                 "problems": [str(f) for f in findings],
+                                 "deprecated": [str(d) for d in deprecations(series)]})
     for f in findings:
         console.print(str(f), highlight=False, markup=False)
     for d in deprecations(series):

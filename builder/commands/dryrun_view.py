@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import argparse
 
 from rich.table import Table
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.errors import Outcome
 from builder.series.dryrun import CONFLICT, DEPENDS, NOT_FIXED, REUSED, PatchReport, RebaseReport
 
 
-def print_report(report: RebaseReport, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(report.as_json(), indent=1))
-        return
+def print_report(report: RebaseReport) -> None:
     table = Table("#")
     # whole file names and paths, folded rather than cut short with an ellipsis
     table.add_column("patch", overflow="fold")
@@ -54,12 +52,13 @@ def _upstream(p: PatchReport) -> str:
     return "; ".join(words)
 
 
-def print_dry_run(report: RebaseReport, as_json: bool, where: str) -> Outcome:
-    """A dry run's table and one line of summary; exit 3 when some patch would not apply."""
-    print_report(report, as_json)
-    if not as_json:
-        n = len(report.failed)
-        console.print(f"dry run {where} {report.new_commit[:12]}: " + (
-            f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
-            + "; nothing was changed")
+def print_dry_run(report: RebaseReport, args: argparse.Namespace, verb: str, where: str) -> Outcome:
+    """A dry run's table and one line of summary (with --json, the report on stdout as `verb`'s
+    document); exit 3 when some patch would not apply."""
+    print_report(report)
+    jsonout.emit(args, verb, report.as_json())
+    n = len(report.failed)
+    console.print(f"dry run {where} {report.new_commit[:12]}: " + (
+        f"{n} of {len(report.patches)} patch(es) would not apply" if n else "every patch would apply")
+        + "; nothing was changed")
     return Outcome.CONFLICT if report.failed else Outcome.OK

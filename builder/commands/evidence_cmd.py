@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.deliver import committed
 from builder.errors import Outcome
@@ -24,12 +25,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="also an output folder of tools/gpu/run.sh (its run-*.json and the files they name; "
                          "never its log); repeatable. Its verify.json is taken only with the runs that make each "
                          "verdict, made on the pin and patch bytes now; else nothing is written (exit 2)")
+    jsonout.add_option(up, "the files written and removed")
     up.add_argument("--drop-stale", action="store_true",
                     help="delete the committed files that cover other bytes of a patch (after the series "
                          "changed, before its evidence is made again), once every --from folder is checked")
-    sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
+    ck = sub.add_parser("check", help="exit 1 with one line per problem: stale (a covered patch changed), hand-made "
                                  "(no recorded command, or edited since), a verify.json record verify would not "
                                  "have made, cited by a doc but missing")
+    jsonout.add_option(ck, "the problems")
 
 
 def _say(text: str) -> None:
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         trees = committed.after_trees(project) if project.evidence_dir.is_dir() or args.from_dirs else {}
         result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
                                   drop_stale=args.drop_stale, pin_commit=load_pin(project.pin_file).commit)
+        jsonout.emit(args, "evidence", {"action": "update", "written": result.written, "removed": result.dropped,
+                                        "left_out": result.skipped})
         for f in result.dropped:
             _say(f"removed docs/evidence/{f}")
         for f in result.written:
@@ -52,6 +57,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         _say(f"{len(result.written)} evidence file(s) written; docs/evidence/{committed.MANIFEST} records them")
         return Outcome.OK
     problems = committed.check(series, project.root)
+    jsonout.emit(args, "evidence", {"action": "check", "ok": not problems, "problems": [str(p) for p in problems]})
     for p in problems:
         _say(str(p))
     if problems:

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.deliver.layout import LAYOUTS
 from builder.errors import Outcome
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--author", help="'Name <mail>' for the mails (default: your git identity)")
     p.add_argument("--check", action="store_true",
                    help="fail while a placeholder is unfilled or a rule reports an error")
+    jsonout.add_option(p, "the packages and findings")
     p.add_argument("--cover", action="store_true", help="also write COVER.md for the series")
     p.add_argument("--full", action="store_true",
                    help=f"print whole clang-format diffs (default: {DETAIL_LINES} lines each)")
@@ -82,4 +84,5 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
                          args.drop_non_ggml)
     result = export(project, opts)
     print_result(result, args.full)
+    jsonout.emit(args, "export", {**jsonout.plain(result), "ok": result.ok})
     return Outcome.OK if result.ok else Outcome.FAILED

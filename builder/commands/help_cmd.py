@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import argparse
 
-from builder.commands import NAMES
+from builder.commands import NAMES, jsonout
 from builder.errors import InputError, Outcome
 
 NAME = "help"
-HELP = "print the help of patchset, or of one command; --markdown: the README's table of commands"
+HELP = ("print the help of patchset, or of one command; --markdown: the README's table of commands; "
+        "--json-formats: docs/json.md's table of the JSON documents")
 EXAMPLE = """example:
   patchset help mark"""
 NEEDS_PROJECT = False
@@ -19,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", metavar="COMMAND", nargs="?", help="a command (default: the list of commands)")
     p.add_argument("--markdown", action="store_true",
                    help="print the table of every command's usage and summary, as the README holds it")
+    p.add_argument("--json-formats", action="store_true",
+                   help="print the table of the JSON documents the commands print with --json, as "
+                        "docs/json.md holds it")
 
 
 def _subparsers(p: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
@@ -53,6 +57,9 @@ def run(args: argparse.Namespace, project: object) -> Outcome:
     root: argparse.ArgumentParser = args.root_parser
     if args.markdown:
         print(markdown(root))
+        return Outcome.OK
+    if args.json_formats:
+        print(jsonout.markdown(), end="")
         return Outcome.OK
     if not args.topic:
         root.print_help()

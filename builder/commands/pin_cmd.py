@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from builder.commands import options
 from builder.console import CliProgress, console, err_console
 from builder.errors import InputError, Outcome, PinError
 from builder.fsutil import atomic_write_text
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--git-source", action="append", default=None, metavar="URL",
                    help="a git remote to list before an sdist source (default: the current pin's git sources)")
     p.add_argument("--out", type=Path, help="write the pin here (default: print it)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    options.add_force(p, "pin", "an existing --out file")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:

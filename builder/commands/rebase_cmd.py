@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands import jsonout
 from builder.commands.apply_cmd import print_outcomes
 from builder.commands.dryrun_view import print_dry_run, print_report
 from builder.console import CliProgress, console
@@ -19,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onto", help="a full commit id of the pin's git remote, or a pin file (.toml)")
     p.add_argument("--dry-run", action="store_true",
                    help="try every patch on the new base in a scratch index and print the table; change nothing")
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    jsonout.add_option(p, "the table")
     p.add_argument("--fixed-upstream", action="store_true",
                    help="also run each patch's failing-before test on the new upstream without the fix (builds: "
                         "slow on the real tree) and say whether upstream fixed it; and which patches upstream "
@@ -37,8 +38,7 @@ def _check(args: argparse.Namespace, project: Project) -> Check | None:
     if not args.fixed_upstream:
         return None
     from builder.prove.fixed_upstream import checker  # noqa: PLC0415 (only this check needs build and verify)
-    # --json: stdout holds the JSON only
-    return checker(project, args.backend, None if args.json else CliProgress())
+    return checker(project, args.backend, CliProgress())
 
 
 def print_way_back(report: RebaseReport) -> None:
@@ -47,8 +47,8 @@ def print_way_back(report: RebaseReport) -> None:
         console.print("what each patch became (git range-diff, old series .. new):", highlight=False)
         console.print(report.range_diff.rstrip("\n"), highlight=False, markup=False)
     if report.recovery_ref:
-        console.print(f"the series as it was: {report.recovery_ref} in the work repository "
-                      "(the way back: docs/upstream.md)", highlight=False)
+        console.print(f"the series as it was: {report.recovery_ref} in the work repository; `patchset undo` "
+                      "takes the move back (docs/upstream.md)", highlight=False)
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
             raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
-        return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args.json, "onto")
+        return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args, "rebase", "onto")
     if args.abort:
         abort_rebase(project)
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
@@ -72,10 +72,11 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --skip / --abort)")
     if result.report is None:
         print_outcomes(result.outcomes)
+        jsonout.emit(args, "rebase", {"old": result.old_pin.commit, "new": result.new_pin.commit, "dry_run": False,
+                                      "patches": [{"patch": o.name, "outcome": o.outcome} for o in result.outcomes]})
     else:
-        print_report(result.report, args.json)
-        if args.json:
-            return Outcome.OK
+        print_report(result.report)
+        jsonout.emit(args, "rebase", result.report.as_json())
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
                   f"pin {project.pin_file.name} and patches/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands import options
 from builder.console import console
 from builder.errors import Outcome
 from builder.locking import project_lock
@@ -17,9 +18,8 @@ HELP = "write patches/ back from the 'patched' branch (byte-stable)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 listing the files when patches/ is not what refresh would write")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite files of patches/ edited by hand since the last apply or refresh "
-                        "(a copy is kept under .patchset/backup/)")
+    options.add_force(p, "refresh", "files of patches/ edited by hand since the last apply or refresh (a copy is "
+                                    "kept under .patchset/backup/)")
 
 
 def _print_changes(changes: list[FileChange]) -> None:

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 
 from rich.table import Table
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.errors import Outcome
 from builder.project import Project
@@ -16,13 +15,13 @@ HELP = "show the pin, whether its source is verified, and each patch's state"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    jsonout.add_option(p, "the status")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     st = status(project)
     if args.json:
-        print(json.dumps(dataclasses.asdict(st), indent=1, default=str))
+        jsonout.emit(args, "status", jsonout.plain(st))
         return Outcome.OK
     pin = st.pin
     console.print(f"pin: {pin.name} {pin.tag or ''} {pin.commit} tree {pin.tree}", highlight=False)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 
 from rich.table import Table
 
 from builder.build.testrun import series_ops
+from builder.commands import jsonout
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.fsutil import atomic_write, atomic_write_text
+from builder.fsutil import atomic_write
 from builder.locking import project_lock
 from builder.pipeline import declared_tests
 from builder.project import Project
@@ -59,8 +59,7 @@ def run_sweep(args: argparse.Namespace, project: Project, ops: list[str] | None)
     with project_lock(project.lock_file, purpose="test --against"):
         r = sweepmod.sweep(project, opts, CliProgress())
     print_sweep(r)
-    if args.json:
-        atomic_write_text(args.json, json.dumps(sweepmod.sweep_dict(r), indent=1) + "\n")
+    jsonout.emit(args, "sweep", sweepmod.sweep_dict(r))
     if args.junit:
         atomic_write(args.junit, sweepmod.sweep_junit(r))
     if r.regressions:

@@ -7,9 +7,9 @@ from rich.table import Table
 
 from builder import proc
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
-from builder.build.reports import write_json, write_junit
+from builder.build.reports import report_dict, write_junit
 from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOTHING, TestReport
-from builder.commands import sweep_view
+from builder.commands import jsonout, sweep_view
 from builder.console import console
 from builder.errors import Outcome
 from builder.pipeline import run_tests
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ops", help="comma-separated ops for test-backend-ops (default: the series' ops)")
     g.add_argument("--all", action="store_true", help="every op")
     p.add_argument("--mode", choices=MODES, help="test-backend-ops mode (default: grad on cpu, test elsewhere)")
-    p.add_argument("--json", type=Path, help="write per-case results as JSON")
+    jsonout.add_option(p, "per-case results (with --against: the sweep)", file=True)
     p.add_argument("--junit", type=Path, help="write JUnit XML")
     add_timeout(p)
     _add_sweep(p)
@@ -95,8 +95,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         return sweep_view.run_sweep(args, project, ops)
     report = run_tests(project, args.backend, args.targets, args.mode, ops, args.all, timeout=args.timeout)
     print_report(report)
-    if args.json:
-        write_json(report, args.json)
+    jsonout.emit(args, "test", report_dict(report))
     if args.junit:
         write_junit(report, args.junit)
     return outcome(report)

@@ -7,14 +7,17 @@ from builder.console import console
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series.edit import undo
+from builder.series.movesnap import MOVE_VERBS
 
 NAME = "undo"
-HELP = ("put 'patched' and patches/ back as they were before the last new, edit, drop, move, mark (its recovery "
-        "ref, which is then removed; an edit in progress is given up, its uncommitted work saved under "
-        "refs/patchset/backup/); lists the recovery refs kept")
+HELP = ("put 'patched' and patches/ back as they were before the last new, edit, drop, move, mark, or rebase or "
+        "bump (then the pin and 'upstream' too), from its recovery ref, which is then removed; an edit in progress "
+        "is given up, its uncommitted work saved under refs/patchset/backup/; lists the recovery refs kept")
 EXAMPLE = """example:
   patchset drop 2
-  patchset undo"""
+  patchset undo
+  patchset rebase --onto 0123456789abcdef0123456789abcdef01234567
+  patchset undo      # the pin, patches/ and the work repository as before the rebase"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     result = undo(project)
-    console.print(f"back to {result.restored.ref} ({result.restored.commit[:12]}, before {result.restored.verb}): "
-                  f"{len(result.patches)} patch(es)", highlight=False)
+    moved = " (the pin, patches/, 'patched' and 'upstream')" if result.restored.verb in MOVE_VERBS else ""
+    console.print(f"back to {result.restored.ref} ({result.restored.commit[:12]}, before {result.restored.verb})"
+                  f"{moved}: {len(result.patches)} patch(es)", highlight=False)
     for i, name in enumerate(result.patches, 1):
         console.print(f"  {i:>3} {name}", highlight=False)
     print_recoveries(result.kept)

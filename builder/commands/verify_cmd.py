@@ -7,6 +7,7 @@ from rich.table import Table
 
 from builder import proc
 from builder.build.cmakebuild import PROFILES
+from builder.commands import jsonout, options
 from builder.commands.test_cmd import add_timeout
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
@@ -30,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only with --report (an error alone): regenerate the table of FILE (default "
                         "docs/backends.md) from the committed evidence under docs/evidence/<backend>/; text "
                         "outside its markers is kept")
-    p.add_argument("--no-reuse", "--force", dest="no_reuse", action="store_true",
+    jsonout.add_option(p, "the verdicts (with --report: the recorded ones)")
+    options.refuse(p, "--force", "--no-reuse", "proving every patch again without reusing recorded evidence")
+    p.add_argument("--no-reuse", action="store_true",
                    help="prove every patch again: reuse no evidence, carry no earlier proof over")
     p.add_argument("--hunks", action="store_true",
                    help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         return Outcome.OK
     if args.report:
         rows = report_table(project)
+        jsonout.emit(args, "verify-recorded", {"patches": [{"patch": name, "outcomes": cells} for name, cells in rows]})
         table = Table("patch", *PROFILES, title="recorded verify outcomes (.patchset/evidence)")
         for name, cells in rows:
             table.add_row(name, *[f"[{_style(cells[b])}]{cells[b]}[/]" if b in cells else "-" for b in PROFILES])
@@ -107,4 +111,10 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
                     jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks)
     print_verdicts(report)
     print_not_here(report)
+    jsonout.emit(args, "verify", verify_json(report))
     return outcome(report)
+
+
+def verify_json(report: VerifyReport) -> dict:
+    """The verify report as `verify --json` prints it (and `bump --json` inside its own)."""
+    return {"ok": report.ok, "verdicts": report.verdicts, "not_proven_here": report.not_proven_here}

@@ -65,11 +65,12 @@ from builder.prove import sweep as sweepmod
 from builder.prove import verify as verifymod
 from builder.prove.fixed_upstream import checker
 from builder.series import dropped as droplog
-from builder.series import dryrun
+from builder.series import dryrun, movesnap
 from builder.series.apply import apply
 from builder.series.dropped import DropRecord
 from builder.series.dryrun import FIXED as FIXED_VERDICT
 from builder.series.dryrun import NOT_FIXED, PARTLY_FIXED, PatchReport, RebaseReport
+from builder.series.edit import next_recovery_ref
 from builder.series.model import load_series
 from builder.series.rebase import before_ref, dry_run_rebase, rebase, target_pin
 from builder.series.refresh import FileChange
@@ -524,10 +525,14 @@ def _switch(project: Project, scratch: Project, old_pin: Pin, new_pin: Pin, move
         if leftover.exists():
             shutil.rmtree(leftover)
     shutil.copytree(scratch.patches_dir, staged, symlinks=True)
-    before = [before_ref(old_pin), WorkRepo(project.work_repo).head()] if move_work else None
+    work = WorkRepo(project.work_repo)
+    before = [before_ref(old_pin), work.head()] if move_work else None
+    # the way back for `patchset undo` (builder/series/movesnap.py): named once the switch is done
+    undo = [next_recovery_ref(work.git, "bump"), movesnap.snapshot(
+        work, project, "bump", work.head(), work.git.out("rev-parse", UPSTREAM))] if move_work else None
     atomic_write_text(journal_file(project), json.dumps(
         {"pin_file": str(project.pin_file), "patches": str(project.patches_dir), "pin": dump_pin(new_pin),
-         "commit": new_pin.commit, "work": move_work, "before": before}, indent=1) + "\n")
+         "commit": new_pin.commit, "work": move_work, "before": before, "undo": undo}, indent=1) + "\n")
     _roll_forward(project)
 
 
@@ -562,6 +567,8 @@ def _roll_forward(project: Project) -> None:
         ensure_no_op(work)  # a move that was killed half-way goes back to where it started, and is made again
         _move_work_repo(project, work, scratch_work, load_pin(project.pin_file), data.get("before"))
     _keep_evidence(project)
+    if data.get("undo") and work.exists():
+        work.git.update_ref(data["undo"][0], data["undo"][1], f"patchset: before bump onto {data['commit']}")
     journal.unlink()
 
 

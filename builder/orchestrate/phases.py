@@ -104,7 +104,8 @@ class AllReport:
 
     def to_json(self, tests: dict | None = None) -> dict:
         cache = self.ccache
-        return {"schema": SCHEMA, "backend": self.backend, "total_seconds": round(self.total_seconds, 3),
+        return {"format": SCHEMA, "schema": SCHEMA, "backend": self.backend,
+                "total_seconds": round(self.total_seconds, 3),
                 "phases": [p.to_json() for p in self.phases],
                 "reused": {"phases": self.reused, "of": len(self.phases), "evidence": self.evidence_reused},
                 "ccache": _cache_json(cache), "verify_ccache": _cache_json(self.verify_ccache), "tests": tests}

@@ -33,6 +33,7 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series import movesnap
 from builder.series.model import UPSTREAM_STATES, _upstream_problem, read_series_file
 from builder.series.refresh import current_mails, format_key, format_mails, stale_files, write_series
 from builder.series.workrepo import (
@@ -127,6 +128,12 @@ def recover(project: Project, work: WorkRepo) -> None:
     except (OSError, ValueError):
         journal.unlink(missing_ok=True)  # written atomically: a damaged journal was never a commit point
         return
+    if data.get("verb") == "undo-move":
+        # an undo of a rebase or bump is finished: the restore is idempotent
+        movesnap.restore(project, work, data["snapshot"])
+        work.git.run("update-ref", "-d", data["ref"], check=False)
+        journal.unlink(missing_ok=True)
+        return
     state = work.load_state()
     if data.get("verb") == "undo":
         # an undo is finished, not rolled back: the edit it gave up is gone already
@@ -207,7 +214,8 @@ def _is_ancestor(git: GitRepo, a: str, b: str) -> bool:
     return git.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
 
-def _next_ref(git: GitRepo, verb: str) -> str:
+def next_recovery_ref(git: GitRepo, verb: str) -> str:
+    """The name of the recovery ref the next `verb` leaves (numbered after the newest)."""
     have = recoveries(git)
     last = max((int(r.ref[len(UNDO_PREFIX):].split("-", 1)[0]) for r in have
                 if r.ref[len(UNDO_PREFIX):].split("-", 1)[0].isdigit()), default=0)
@@ -254,7 +262,7 @@ def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
 def _rewrite(project: Project, work: WorkRepo, verb: str, old: str, new: str) -> EditResult:
     """Move `patched` from `old` to `new`, write patches/ and the state; the journal first, so that
     a killed run is rolled back by the next one (`recover`)."""
-    ref = _next_ref(work.git, verb)
+    ref = next_recovery_ref(work.git, verb)
     atomic_write_text(_journal(work), json.dumps({"verb": verb, "old": old, "new": new, "ref": ref}) + "\n")
     work.git.update_ref(ref, old, f"patchset {verb}")
     work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, new)
@@ -377,7 +385,7 @@ def edit(project: Project, n: int) -> EditResult:
 
 
 def _start_edit(work: WorkRepo, tip: str, n: int, at: str, rest: list[str], verb: str) -> EditResult:
-    ref = _next_ref(work.git, verb)
+    ref = next_recovery_ref(work.git, verb)
     work.git.update_ref(ref, tip, f"patchset {verb}")
     atomic_write_text(_edit_file(work), json.dumps({"index": n, "commit": at, "rest": rest, "tip": tip,
                                                     "ref": ref}, indent=1) + "\n")
@@ -461,13 +469,19 @@ def undo(project: Project) -> UndoResult:
         work = WorkRepo(project.work_repo)
         if not work.exists() or work.head() is None:
             raise WorkTreeError(f"{project.work_repo}: no '{PATCHED}' branch; run `patchset apply` first")
+        killed = _killed_undo_move(work)
         recover(project, work)
         ensure_no_op(work)
         have = recoveries(work.git)
+        if killed is not None:
+            # an undo of a rebase or bump killed half-way, finished by recover: that is this undo
+            return UndoResult(killed, tuple(have), tuple(_listed(project)))
         if not have:
             raise WorkTreeError("nothing to undo: no recovery ref under refs/patchset/undo/ "
                                 "(the series verbs leave one)")
         last = have[-1]
+        if last.verb in movesnap.MOVE_VERBS:
+            return _undo_move(project, work, last, have)
         up = work.git.out("rev-parse", UPSTREAM)
         if not _is_ancestor(work.git, up, last.commit):
             raise WorkTreeError(f"{last.ref} was made on another upstream (before a rebase or bump); "
@@ -482,6 +496,31 @@ def undo(project: Project) -> UndoResult:
         work.git.run("update-ref", "-d", last.ref)
         _journal(work).unlink(missing_ok=True)
         return UndoResult(last, tuple(have[:-1]), tuple(_listed(project)))
+
+
+def _killed_undo_move(work: WorkRepo) -> Recovery | None:
+    """The recovery ref of an undo of a rebase or bump that was killed before it finished, or None."""
+    try:
+        data = json.loads(_journal(work).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("verb") != "undo-move":
+        return None
+    return Recovery(data["ref"], data["snapshot"], data["ref"].rsplit("-", 1)[-1], -1)
+
+
+def _undo_move(project: Project, work: WorkRepo, last: Recovery, have: list[Recovery]) -> UndoResult:
+    """Undo a rebase or bump: the pin, patches/, `patched` and `upstream` as its snapshot holds them
+    (builder/series/movesnap.py); journaled, so that a killed undo is finished by `recover`."""
+    if work.git.is_dirty():
+        work.backup("undo")
+    atomic_write_text(_journal(work), json.dumps({"verb": "undo-move", "snapshot": last.commit,
+                                                  "ref": last.ref}) + "\n")
+    _edit_file(work).unlink(missing_ok=True)
+    movesnap.restore(project, work, last.commit)
+    work.git.run("update-ref", "-d", last.ref)
+    _journal(work).unlink(missing_ok=True)
+    return UndoResult(last, tuple(have[:-1]), tuple(_listed(project)))
 
 
 def finish_pending(project: Project) -> str:

@@ -14,9 +14,10 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series import dryrun
+from builder.series import dryrun, movesnap
 from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
+from builder.series.edit import next_recovery_ref
 from builder.series.model import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
 from builder.series.workrepo import (
@@ -202,6 +203,8 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     old_base, old_head = (state.op.pre_upstream, state.op.pre_head) if state.op else (None, None)
     renamed = _followed(project, work, old_base, old_head)
     before = {p.name: p.path.read_bytes() for p in load_series(project.patches_dir).patches}
+    # the way back for `patchset undo`: made before the pin and patches/ are written, named once the move is done
+    snap = movesnap.snapshot(work, project, "rebase", old_head, old_base)
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
@@ -211,6 +214,7 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     work.git.update_ref("refs/patchset/pin", new_up)
     work.finish({"fingerprint": fingerprint(new_pin, new_pin.tree, series), "applied_head": work.head() or "",
                  "upstream": new_up, "pin_commit": new_pin.commit})
+    work.git.update_ref(next_recovery_ref(work.git, "rebase"), snap, f"patchset: before rebase onto {new_pin.commit}")
     report, report_file = write_report(project, old_pin, new_pin, named, predicted,
                                        _range_diff(work, old_base, old_head), before_ref(old_pin), renamed, kinds)
     return RebaseResult(old_pin, new_pin, named, tuple(changes), report, report_file)

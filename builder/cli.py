@@ -108,6 +108,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version)
     parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
+    parser.add_argument("--series", default="", metavar="NAME",
+                        help="a second series of the project by name (patches-NAME/, pin upstream/NAME.toml; "
+                             "e.g. bindings); default: the main series (patches/)")
     parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, help="one of:")
     for name in NAMES:
@@ -126,9 +129,9 @@ def _verb(argv: list[str]) -> str | None:
     """The command word of `argv`, when nothing before it asks for the whole parser (--help)."""
     rest = iter(argv)
     for a in rest:
-        if a in ("--project", "--pin"):
+        if a in ("--project", "--pin", "--series"):
             next(rest, None)
-        elif a.startswith(("--project=", "--pin=")) or a == "--debug":
+        elif a.startswith(("--project=", "--pin=", "--series=")) or a == "--debug":
             continue
         elif a.startswith("-"):
             return None
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     try:
         proc.check_timeout_variables()
-        project = load_project(root=args.project, pin_file=args.pin) if args.needs_project else None
+        project = (load_project(root=args.project, pin_file=args.pin, series=args.series)
+                   if args.needs_project else None)
         return exit_code(args.handler(args, project))
     except PatchsetError as e:
         if args.debug:

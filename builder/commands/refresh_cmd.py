@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.check:
         stale = check_current(project)
         for c in stale:
-            console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
+            console.print(f"  {c.change:>9} {project.patches_dir.name}/{c.name}", highlight=False)
         if stale:
             console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
             return Outcome.FAILED
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
     for c in changed:
-        console.print(f"  {c.change:>9} patches/{c.name}", highlight=False)
+        console.print(f"  {c.change:>9} {project.patches_dir.name}/{c.name}", highlight=False)
     if not changed:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")
     for w in result.warnings:

@@ -57,6 +57,7 @@ from builder.project import Project
 from builder.series.model import Series, load_series
 from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
 from builder.upstream import mirror
+from builder.upstream.fetch import fetched_tree
 from builder.upstream.pin import Pin, SdistSource, load_pin
 
 BINDINGS_SERIES = "bindings"
@@ -194,7 +195,8 @@ def _patched_commit(project: Project) -> tuple[WorkRepo, str, str]:
     head = work.head()
     pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)
-    if not head or head != state.applied_head or state.fingerprint != fingerprint(pin, pin.tree, series):
+    if not head or head != state.applied_head or state.fingerprint != fingerprint(
+            pin, fetched_tree(project.cache_dir, pin), series):
         raise WorkTreeError(
             f"{work.path}: branch '{PATCHED}' has commits that are not in patches/ yet; "
             "`patchset refresh` first, so that the wheel's provenance names what it holds")

@@ -85,6 +85,13 @@ def lookup(cache_dir: Path, pin: Pin) -> Fetched | None:
     return Fetched(path, commit, info["tree"], info.get("source", "?"), cached=True)
 
 
+def fetched_tree(cache_dir: Path, pin: Pin) -> str:
+    """The tree `apply` builds `patched` on: the cached pin's (an sdist source may record its own,
+    `SdistSource.tree`), else the pin's."""
+    found = lookup(cache_dir, pin)
+    return found.tree if found else pin.tree
+
+
 def _expected_tree(pin: Pin, index: int | None) -> str:
     if index is not None and 0 <= index < len(pin.sources):
         src = pin.sources[index]

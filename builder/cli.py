@@ -14,7 +14,7 @@ from rich.markup import escape
 from builder import __version__, proc
 from builder.commands import NAMES, load
 from builder.console import err_console, setup_logging
-from builder.errors import EXIT_CODES, EXIT_INTERNAL, Outcome, PatchsetError
+from builder.errors import EXIT_CODES, EXIT_INTERNAL, InputError, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
@@ -97,6 +97,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo")
+"""The commands that address a second series (`--series NAME`). The others build, test, prove, move or
+export llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second
+upstream needs that upstream's own rules and PR template, which patchset does not hold yet."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with `only`, the other commands are names without their options (their
     modules are not imported)."""
@@ -152,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.debug)
     try:
         proc.check_timeout_variables()
+        if args.series and args.command not in SECOND_SERIES_VERBS:
+            raise InputError(f"patchset {args.command} does not take --series (it works on the main series, "
+                             f"patches/); the commands that address a second series: {', '.join(SECOND_SERIES_VERBS)}")
         project = (load_project(root=args.project, pin_file=args.pin, series=args.series)
                    if args.needs_project else None)
         return exit_code(args.handler(args, project))

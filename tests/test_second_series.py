@@ -141,6 +141,12 @@ def test_the_verbs_address_the_second_series_by_name(two: tuple[Proj, Path], cap
         "0001-llama_cpp-llama_opt_epoch-returns-the-epoch-s-ggml_s.patch", "0002-llama_cpp-a-README-line.patch"]
     assert p.snapshot() == before_main
 
+    # a series verb: mark writes the trailer into patches-bindings/
+    assert _cli(p, "--series", "bindings", "mark", "1", "sent", "https://example.invalid/bindings/pull/7") == 0
+    assert "Patchset-Upstream: sent https://example.invalid/bindings/pull/7" in (
+        p.root / "patches-bindings" / _names(p.root / "patches-bindings")[0]).read_text()
+    assert p.snapshot() == before_main
+
     # the main series is addressed as before
     assert _cli(p, "apply") == 0
     assert git(p.work, "show", "patched:include/llama.h") == STATUS_H.rstrip("\n")
@@ -153,6 +159,10 @@ def test_an_unknown_series_is_one_line_and_exit_2(two: tuple[Proj, Path], capsys
     assert "no series 'nope'" in err and "patches-nope/series" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(InputError, match="not a series name"):
         load_project(root=p.root, series="../x")
+    # a command that works on llama.cpp's tree only (build, verify, export to llama.cpp's rules, ...) refuses it
+    assert _cli(p, "--series", "bindings", "export") == 2
+    err = capsys.readouterr().err
+    assert "patchset export does not take --series" in err and len(err.strip().splitlines()) == 1
 
 
 def test_an_sdist_pin_leaves_the_excluded_folder_out_and_round_trips(two: tuple[Proj, Path], tmp_path: Path) -> None:

@@ -100,6 +100,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo")
+"""The commands that address a second series (`--series NAME`). The others build, test, prove, move or
+export llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second
+upstream needs that upstream's own rules and PR template, which patchset does not hold yet."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with `only`, the other commands are names without their options (their
     modules are not imported)."""
@@ -111,6 +117,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version)
     parser.add_argument("--project", type=Path, help="project folder (default: found above the current folder)")
     parser.add_argument("--pin", type=Path, help="pin file (default: upstream/llama.cpp.toml)")
+    parser.add_argument("--series", default="", metavar="NAME",
+                        help="a second series of the project by name (patches-NAME/, pin upstream/NAME.toml; "
+                             "e.g. bindings); default: the main series (patches/)")
     parser.add_argument("--debug", action="store_true", help="log every command run; tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, help="one of:")
     for name in NAMES:
@@ -129,9 +138,9 @@ def _verb(argv: list[str]) -> str | None:
     """The command word of `argv`, when nothing before it asks for the whole parser (--help)."""
     rest = iter(argv)
     for a in rest:
-        if a in ("--project", "--pin"):
+        if a in ("--project", "--pin", "--series"):
             next(rest, None)
-        elif a.startswith(("--project=", "--pin=")) or a == "--debug":
+        elif a.startswith(("--project=", "--pin=", "--series=")) or a == "--debug":
             continue
         elif a.startswith("-"):
             return None
@@ -159,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         proc.check_timeout_variables()
         if getattr(args, REFUSED_DEST, None):
             raise InputError(getattr(args, REFUSED_DEST))
-        project = load_project(root=args.project, pin_file=args.pin) if args.needs_project else None
+        if args.series and args.command not in SECOND_SERIES_VERBS:
+            raise InputError(f"patchset {args.command} does not take --series (it works on the main series, "
+                             f"patches/); the commands that address a second series: {', '.join(SECOND_SERIES_VERBS)}")
+        project = (load_project(root=args.project, pin_file=args.pin, series=args.series)
+                   if args.needs_project else None)
         with jsonout.console_aside(args):
             return exit_code(args.handler(args, project))
     except PatchsetError as e:

@@ -19,6 +19,7 @@ from builder.project import Project
 from builder.series.apply import ApplyResult, apply
 from builder.series.model import Series, load_series
 from builder.series.workrepo import PATCHED, WorkRepo, ensure_objects, fingerprint
+from builder.upstream.fetch import fetched_tree
 from builder.upstream.pin import load_pin
 
 
@@ -60,7 +61,7 @@ def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tu
         state = work.load_state()
         pin = load_pin(project.pin_file)
         series = load_series(project.patches_dir)
-        if state.op is None and state.fingerprint == fingerprint(pin, pin.tree, series):
+        if state.op is None and state.fingerprint == fingerprint(pin, fetched_tree(project.cache_dir, pin), series):
             return work, None
     return work, apply(project, progress=progress)
 

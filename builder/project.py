@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.errors import InputError
 
 DEFAULT_PIN = Path("upstream") / "llama.cpp.toml"
+_SERIES_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def series_paths(root: Path, name: str) -> tuple[Path, Path]:
+    """(the patches folder, the pin file) of a series: `patches/` and `upstream/llama.cpp.toml` for the
+    main one (name ""), `patches-NAME/` and `upstream/NAME.toml` for a second one (e.g. `bindings`)."""
+    if not name:
+        return root / "patches", root / DEFAULT_PIN
+    return root / f"patches-{name}", root / "upstream" / f"{name}.toml"
 
 
 @dataclass(frozen=True)
@@ -23,10 +33,13 @@ class Project:
     """Git-ignored working state: work repository, build folders, evidence (default `.patchset/`)."""
     cache_dir: Path
     """Downloads and the cached upstream repository, shared between projects (`$PATCHSET_CACHE`)."""
+    series_name: str = ""
+    """Which series: "" for the main one (`patches/` on llama.cpp), else a second series of the same
+    project on its own upstream (`--series bindings`: `patches-bindings/` on llama-cpp-python)."""
 
     @property
     def patches_dir(self) -> Path:
-        return self.root / "patches"
+        return series_paths(self.root, self.series_name)[0]
 
     @property
     def series_file(self) -> Path:
@@ -34,15 +47,26 @@ class Project:
 
     @property
     def work_repo(self) -> Path:
-        return self.state_dir / "work" / "llama.cpp"
+        return self.state_dir / "work" / (self.series_name or "llama.cpp")
 
     @property
     def build_root(self) -> Path:
-        return self.state_dir / "build"
+        return self.state_dir / "build" / self.series_name if self.series_name else self.state_dir / "build"
 
     @property
     def evidence_dir(self) -> Path:
-        return self.state_dir / "evidence"
+        return self.state_dir / f"evidence-{self.series_name}" if self.series_name else self.state_dir / "evidence"
+
+    def series(self, name: str) -> Project:
+        """The same project addressing another of its series ("" the main one)."""
+        if name and not _SERIES_NAME.match(name):
+            raise InputError(f"'{name}' is not a series name (lower-case letters, digits and '-')")
+        return replace(self, series_name=name, pin_file=series_paths(self.root, name)[1].resolve())
+
+    def second_series(self) -> list[str]:
+        """The names of the project's other series: every `patches-NAME/series` beside `patches/`."""
+        return sorted(p.parent.name[len("patches-"):] for p in self.root.glob("patches-*/series")
+                      if _SERIES_NAME.match(p.parent.name[len("patches-"):]))
 
     @property
     def lock_file(self) -> Path:
@@ -70,11 +94,20 @@ def load_project(
     pin_file: Path | None = None,
     state_dir: Path | None = None,
     cache_dir: Path | None = None,
+    series: str = "",
 ) -> Project:
-    """Resolve the project's paths from explicit arguments, environment and defaults."""
+    """Resolve the project's paths from explicit arguments, environment and defaults.
+
+    `series`: a second series of the project by name (`patches-NAME/series`, pin `upstream/NAME.toml`)."""
     root = (root or find_root(Path.cwd())).resolve()
+    if series and not _SERIES_NAME.match(series):
+        raise InputError(f"'{series}' is not a series name (lower-case letters, digits and '-')")
+    patches_dir, series_pin = series_paths(root, series)
+    if series and not (patches_dir / "series").is_file():
+        raise InputError(f"{patches_dir / 'series'}: no series '{series}' in {root} "
+                         f"(a second series has its own patches-{series}/series and pin upstream/{series}.toml)")
     if pin_file is None:
-        pin_file = root / DEFAULT_PIN
+        pin_file = series_pin
     if state_dir is None:
         state_dir = Path(os.environ["PATCHSET_STATE"]) if "PATCHSET_STATE" in os.environ else root / ".patchset"
     return Project(
@@ -82,4 +115,5 @@ def load_project(
         pin_file=pin_file.resolve(),
         state_dir=state_dir.resolve(),
         cache_dir=(cache_dir or default_cache_dir()).resolve(),
+        series_name=series,
     )

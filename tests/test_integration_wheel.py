@@ -25,6 +25,7 @@ from conftest import hermetic_env
 
 from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
+from builder.pipeline import build_dir, run_build
 from builder.project import Project, load_project
 from builder.series.model import load_series
 from builder.upstream.pin import load_pin
@@ -38,14 +39,15 @@ CLANG = (("-DCMAKE_C_COMPILER=clang", "-DCMAKE_CXX_COMPILER=clang++")
          if shutil.which("clang") and shutil.which("clang++") else ())
 QUICK = ("-DCMAKE_C_FLAGS_RELEASE=-O0", "-DCMAKE_CXX_FLAGS_RELEASE=-O0", *CLANG)
 OPTIONS = WheelOptions(no_mtmd=True, cmake_args=QUICK)
-# the wheel's pure-Python dependencies (its METADATA Requires-Dist), from PyPI
-DEPENDENCIES = ["numpy", "typing-extensions", "diskcache", "jinja2"]
+# the wheel's pure-Python dependencies (its METADATA Requires-Dist), and pytest for B1's test, from PyPI
+DEPENDENCIES = ["numpy", "typing-extensions", "diskcache", "jinja2", "pytest"]
 
 
 def _copy_project(root: Path, cache: Path, series_names: list[str] | None = None,
                   state_dir: Path | None = None) -> Project:
     shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    shutil.copytree(REPO_ROOT / "patches-bindings", root / "patches-bindings")
     if series_names is not None:
         (root / "patches" / "series").write_text("".join(f"{n}\n" for n in series_names))
         for left_out in (root / "patches").glob("*.patch"):
@@ -140,11 +142,58 @@ def test_installed_wheel_provenance_is_the_pin_and_the_series(venv: Path, projec
     assert [p["subject"] for p in prov["series"]["patches"]] == [p.subject for p in series.patches]
     assert prov["series"]["count"] == len(series.patches)
     assert prov["bindings"]["sdist_sha256"] == next(s.sha256 for s in pin.sources if hasattr(s, "subdir"))
-    # the drift check's finding travels with the wheel
-    assert [d["function"] for d in prov["binding_drift"]] == ["llama_opt_epoch"]
+    # the bindings series is in it too, and with B1 the drift check finds nothing
+    bindings = load_series(project.series("bindings").patches_dir)
+    assert [p["file"] for p in prov["bindings_series"]["patches"]] == [p.name for p in bindings.patches]
+    assert prov["bindings_series"]["upstream"]["commit"] == load_pin(project.series("bindings").pin_file).commit
+    assert prov["binding_drift"] == []
     text = subprocess.run([str(venv), "-m", "llama_cpp.patchset"], cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout
-    assert pin.commit in text and all(p.name in text for p in series.patches)
+    assert pin.commit in text and all(p.name in text for p in [*series.patches, *bindings.patches])
+
+
+@pytest.fixture(scope="module")
+def opt_model(real_project: Project, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A llama model with random weights, written by the patched tree's own generator
+    (`test-llama-archs -a llama -o DIR`) from the session's CPU build (conftest.py real_project)."""
+    run_build(real_project, "cpu")
+    out = tmp_path_factory.mktemp("opt-model")
+    subprocess.run([str(build_dir(real_project, "cpu", "minimal") / "bin" / "test-llama-archs"), "-a", "llama",
+                    "-o", str(out)], check=True, capture_output=True)
+    return out / "llama-dense.gguf"
+
+
+def _bindings_test(py: Path, test: Path, model: Path, cwd: Path, site: Path | None = None) -> tuple[int, str]:
+    """B1's test (`tests/test_llama_opt.py` of the bindings) run with the venv's pytest from an empty folder;
+    `site`: a folder put first on the path (the installed package with other bindings files)."""
+    shutil.copyfile(test, cwd / test.name)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["LLAMA_CPP_TEST_OPT_MODEL"] = str(model)
+    if site is not None:
+        env["PYTHONPATH"] = str(site)
+    # the aborted epoch (the abort callback stops its first step: quick even at -O0)
+    r = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "aborted", test.name],
+                       cwd=cwd, capture_output=True, text=True, env=env, check=False, timeout=900)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_b1_llama_opt_epoch_returns_aborted_through_the_wheel_and_not_without_b1(
+        venv: Path, built: WheelResult, opt_model: Path, project: Project, tmp_path: Path) -> None:
+    test = built.prepared.source_dir / "tests" / "test_llama_opt.py"
+    (tmp_path / "after").mkdir()
+    rc, out = _bindings_test(venv, test, opt_model, tmp_path / "after")
+    assert rc == 0 and "1 passed" in out, out
+    # before B1: the same built library (B1 changes Python only), the bindings' own llama_cpp.py
+    site = tmp_path / "before-site"
+    installed = Path(_run(venv, "import json, llama_cpp; print(json.dumps(llama_cpp.__file__))", tmp_path)).parent
+    shutil.copytree(installed, site / "llama_cpp")
+    bwork = project.series("bindings").work_repo
+    (site / "llama_cpp" / "llama_cpp.py").write_text(subprocess.run(
+        ["git", "-C", str(bwork), "show", "upstream:llama_cpp/llama_cpp.py"], capture_output=True, text=True,
+        check=True).stdout)
+    (tmp_path / "before").mkdir()
+    rc, out = _bindings_test(venv, test, opt_model, tmp_path / "before", site)
+    assert rc != 0 and "1 failed" in out, out
 
 
 ACC_CODE = """\
@@ -301,18 +350,21 @@ def test_one_patch_less_gives_other_provenance_and_version(project: Project, bui
     assert other.provenance["upstream"] == full["upstream"]
 
 
-def test_drift_reports_llama_opt_epoch_on_the_series_and_nothing_on_the_pin(built: WheelResult,
-                                                                            project: Project) -> None:
+def test_drift_reports_llama_opt_epoch_without_b1_and_nothing_with_it_or_on_the_pin(built: WheelResult,
+                                                                                    project: Project) -> None:
     src = built.prepared.source_dir
     work = project.work_repo
     before = subprocess.run(["git", "-C", str(work), "show", "upstream:include/llama.h"], capture_output=True,
                             text=True, check=True).stdout
     after = (src / "vendor/llama.cpp/include/llama.h").read_text()
-    bindings = (src / "llama_cpp/llama_cpp.py").read_text()
+    bindings = subprocess.run(["git", "-C", str(project.series("bindings").work_repo), "show",
+                               "upstream:llama_cpp/llama_cpp.py"], capture_output=True, text=True, check=True).stdout
     typedefs = drift.typedef_headers(src / "vendor/llama.cpp")
     found = drift.check(before, after, bindings, typedef_sources=typedefs)
     assert [d.function for d in found] == ["llama_opt_epoch"]
     assert "enum ggml_status" in found[0].problem
+    # the staged bindings are B1's
+    assert drift.check(before, after, (src / "llama_cpp/llama_cpp.py").read_text(), typedef_sources=typedefs) == []
     assert drift.check(before, before, bindings, typedef_sources=typedefs) == []
     # every function of the pin's header that the bindings declare agrees with them: the parser reads
     # the real files right (the bindings only lag behind, by functions they do not declare at all)

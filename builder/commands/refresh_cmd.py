@@ -22,13 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                     "kept under .patchset/backup/)")
 
 
-def _print_changes(changes: list[FileChange]) -> None:
+def _print_changes(project: Project, changes: list[FileChange]) -> None:
     """The files to review first; the patches changed in context only after them, on one line."""
     context = [c.name for c in changes if c.review == CONTEXT_ONLY]
     for c in changes:
         if c.review != CONTEXT_ONLY:
-            console.print(f"  {c.change:>9} patches/{c.name}" + (f" ({c.review})" if c.review else ""),
-                          highlight=False)
+            review = f" ({c.review})" if c.review else ""
+            console.print(f"  {c.change:>9} {project.patches_dir.name}/{c.name}{review}", highlight=False)
     if context:
         console.print(f"  context only (message and own lines unchanged, nothing new to review): {', '.join(context)}",
                       highlight=False)
@@ -37,7 +37,7 @@ def _print_changes(changes: list[FileChange]) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.check:
         stale = check_current(project)
-        _print_changes(list(stale))
+        _print_changes(project, list(stale))
         if stale:
             console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
             return Outcome.FAILED
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if result.backup:
         console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
-    _print_changes(changed)
+    _print_changes(project, changed)
     if not changed:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")
     for w in result.warnings:

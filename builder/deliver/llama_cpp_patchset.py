@@ -45,6 +45,15 @@ def summary(data: Optional[Dict[str, Any]] = None) -> str:
         status = (p["status"] + " " + p["status_ref"]).strip()
         lines.append("  {}. {} [{}]".format(i, p["file"], status))
         lines.append("     {}  sha256 {}".format(p["subject"], p["sha256"]))
+    second = d.get("bindings_series")
+    if second:
+        lines.append("bindings series '{}': {} {} commit {}: {} patch(es), hash {}".format(
+            second["name"], second["upstream"]["name"], second["upstream"]["tag"], second["upstream"]["commit"],
+            second["count"], second["hash"]))
+        for i, p in enumerate(second["patches"], 1):
+            status = (p["status"] + " " + p["status_ref"]).strip()
+            lines.append("  B{}. {} [{}]".format(i, p["file"], status))
+            lines.append("     {}  sha256 {}".format(p["subject"], p["sha256"]))
     for drift in d.get("binding_drift", []):
         lines.append("binding drift: {}: {}".format(drift["function"], drift["problem"]))
     return "\n".join(lines)

@@ -104,13 +104,39 @@ class Bindings:
     """Where it came from: the pin's sdist source, or --sdist."""
 
 
-def provenance(
-    pin: Pin, series: Series, *, upstream_commit: str, patched_commit: str, patched_tree: str, bindings: Bindings,
-    backend: str, cmake_args: tuple[str, ...], drift: list[dict[str, str]],
-) -> dict:
-    """The content of `llama_cpp/patchset.json`: plain JSON types, keys in a fixed order."""
+def _patch_dicts(records: tuple[PatchRecord, ...]) -> list[dict[str, str]]:
+    return [{"file": r.file, "subject": r.subject, "status": r.status, "status_ref": r.status_ref, "sha256": r.sha256}
+            for r in records]
+
+
+def series_record(name: str, pin: Pin, series: Series, *, patched_commit: str, patched_tree: str,
+                  upstream_commit: str) -> dict:
+    """A second series (the bindings') as the wheel records it: its upstream, what was staged, its patches."""
     records = patch_records(series)
     return {
+        "name": name,
+        "upstream": {"name": pin.name, "repository": pin.repository, "commit": pin.commit, "tree": pin.tree,
+                     "tag": pin.tag, "date": pin.date},
+        "applied": {"commit": patched_commit, "tree": patched_tree, "base": upstream_commit},
+        "count": len(records),
+        "hash": series_hash(records),
+        "patches": _patch_dicts(records),
+    }
+
+
+def provenance(
+    pin: Pin, series: Series, *, upstream_commit: str, patched_commit: str, patched_tree: str, bindings: Bindings,
+    backend: str, cmake_args: tuple[str, ...], drift: list[dict[str, str]], bindings_series: dict | None = None,
+) -> dict:
+    """The content of `llama_cpp/patchset.json`: plain JSON types, keys in a fixed order.
+
+    `bindings_series`: the second series applied to the bindings (`series_record`), when the project
+    has one; the version's patch count and hash then cover both series."""
+    records = patch_records(series)
+    if bindings_series is not None:
+        records += tuple(PatchRecord(f"../patches-{bindings_series['name']}/{p['file']}", p["subject"], p["status"],
+                                     p["status_ref"], p["sha256"]) for p in bindings_series["patches"])
+    data = {
         "schema": SCHEMA,
         "version": wheel_version(bindings.version, pin, records),
         "upstream": {
@@ -138,16 +164,15 @@ def provenance(
         "backend": backend,
         "cmake_args": list(cmake_args),
         "series": {
-            "count": len(records),
-            "hash": series_hash(records),
-            "patches": [
-                {"file": r.file, "subject": r.subject, "status": r.status, "status_ref": r.status_ref,
-                 "sha256": r.sha256}
-                for r in records
-            ],
+            "count": len(series.patches),
+            "hash": series_hash(patch_records(series)),
+            "patches": _patch_dicts(patch_records(series)),
         },
         "binding_drift": drift,
     }
+    if bindings_series is not None:
+        data["bindings_series"] = bindings_series
+    return data
 
 
 def description_section(data: dict) -> str:
@@ -168,6 +193,15 @@ def description_section(data: dict) -> str:
     for i, p in enumerate(series["patches"], 1):
         status = f"{p['status']} {p['status_ref']}".strip()
         lines.append(f"| {i} | `{p['file']}`: {p['subject']} | {status} | `{p['sha256']}` |")
+    second = data.get("bindings_series")
+    if second:
+        lines += ["", f"The bindings with a series of their own (`{second['name']}`) on {second['upstream']['name']} "
+                      f"{second['upstream']['tag'] or ''} (commit `{second['upstream']['commit']}`): {second['count']} "
+                      f"patch(es) (series hash `{second['hash']}`).", "",
+                  "| # | patch | upstream status | sha256 |", "| --- | --- | --- | --- |"]
+        for i, p in enumerate(second["patches"], 1):
+            status = f"{p['status']} {p['status_ref']}".strip()
+            lines.append(f"| B{i} | `{p['file']}`: {p['subject']} | {status} | `{p['sha256']}` |")
     if data["binding_drift"]:
         lines += ["", "Binding drift (declarations the series changed that the Python bindings declare differently):"]
         lines += [f"- `{d['function']}`: {d['problem']}" for d in data["binding_drift"]]

@@ -28,7 +28,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,18 +39,29 @@ from builder.build.cmakebuild import first_error, profile
 from builder.build.toolchain import CcacheStats, ccache_stats, find_ccache, find_tool
 from builder.deliver import WHEEL_BACKENDS
 from builder.deliver import drift as driftmod
-from builder.deliver.provenance import Bindings, description_section, local_label, patch_records, provenance
+from builder.deliver.provenance import (
+    Bindings,
+    PatchRecord,
+    description_section,
+    local_label,
+    patch_records,
+    provenance,
+    series_record,
+)
 from builder.errors import BuildError, DriftError, InputError, WorkTreeError
 from builder.gitrepo import ISOLATED
 from builder.locking import hold
 from builder.pipeline import ensure_patched
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.model import Series, load_series
 from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
 from builder.upstream import mirror
+from builder.upstream.fetch import fetched_tree
 from builder.upstream.pin import Pin, SdistSource, load_pin
 
+BINDINGS_SERIES = "bindings"
+"""The name of the second series the wheel applies to the bindings (`patches-bindings/`)."""
 PACKAGE = "llama_cpp"
 """The bindings' import package; the provenance goes into it."""
 MODULE_TEMPLATE = Path(__file__).with_name("llama_cpp_patchset.py")
@@ -184,7 +195,8 @@ def _patched_commit(project: Project) -> tuple[WorkRepo, str, str]:
     head = work.head()
     pin = load_pin(project.pin_file)
     series = load_series(project.patches_dir)
-    if not head or head != state.applied_head or state.fingerprint != fingerprint(pin, pin.tree, series):
+    if not head or head != state.applied_head or state.fingerprint != fingerprint(
+            pin, fetched_tree(project.cache_dir, pin), series):
         raise WorkTreeError(
             f"{work.path}: branch '{PATCHED}' has commits that are not in patches/ yet; "
             "`patchset refresh` first, so that the wheel's provenance names what it holds")
@@ -299,6 +311,7 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
     series = load_series(project.patches_dir)
     work, commit, base = _patched_commit(project)
     src_info, origin = resolve_sdist(pin, options)
+    second = _bindings_series(project, src_info)
     progress.begin(f"bindings sdist ({origin}, checked by sha256)", None)
     try:
         archive = mirror.download(src_info, project.cache_dir / "downloads", project.cache_dir / "tmp")
@@ -311,12 +324,13 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
     try:
         stage = scratch / "src"
         progress.begin("staging the sdist and the patched tree", None)
-        mirror.extract_subdir(archive, ".", stage, exclude=(src_info.subdir,))
-        tar = scratch / "tree.tar"
-        work.git.run("archive", "--format=tar", "-o", str(tar), commit)
-        with tarfile.open(tar) as tf:
-            tf.extractall(stage / src_info.subdir, filter="data")
-        tar.unlink()
+        if second is None:
+            mirror.extract_subdir(archive, ".", stage, exclude=(src_info.subdir,))
+        else:
+            # the bindings series' branch 'patched': the same sdist's files (its pin's source, less
+            # vendor/llama.cpp) with the bindings patches applied
+            _archive_into(second.work, second.commit, stage, scratch)
+        _archive_into(work, commit, stage / src_info.subdir, scratch)
         progress.end()
 
         pyproject_file = stage / "pyproject.toml"
@@ -344,15 +358,19 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
             header_before, header_after, bindings_file.read_text(encoding="utf-8"),
             bindings_name=f"{PACKAGE}/llama_cpp.py", typedef_sources=driftmod.typedef_headers(vendor),
         )
-        if drift and options.strict:
-            raise DriftError("binding drift (--strict): " + "; ".join(f"{d.function}: {d.problem}" for d in drift))
+        if drift and (options.strict or second is not None):
+            why = "--strict" if second is None else (
+                f"no patch of {second.project.patches_dir.name}/ follows the C change")
+            raise DriftError(f"binding drift ({why}): " + "; ".join(f"{d.function}: {d.problem}" for d in drift))
 
         ccache = find_ccache() if options.use_ccache else None
-        label = local_label(pin, patch_records(series))
+        bindings_records = second.records if second is not None else ()
+        label = local_label(pin, patch_records(series) + bindings_records)
         recorded, tools = _cmake_args(pin, label, options, src, ccache)
         data = provenance(
             pin, series, upstream_commit=base, patched_commit=commit, patched_tree=work.git.tree_of(commit),
             bindings=bindings, backend=options.backend, cmake_args=recorded, drift=[d.as_dict() for d in drift],
+            bindings_series=second.record() if second is not None else None,
         )
         version = data["version"]
         init.write_text(init_text[: m.start()] + f'{m.group(1)}"{version}"' + init_text[m.end():], encoding="utf-8")
@@ -378,6 +396,57 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
         cmake_args=recorded + tools, source_date_epoch=source_date_epoch(pin), written=written, removed=removed,
         ccache=ccache,
     )
+
+
+def _archive_into(work: WorkRepo, commit: str, dest: Path, scratch: Path) -> None:
+    """The files of `commit` (a `git archive`, never the work tree's) extracted into `dest`."""
+    tar = scratch / "tree.tar"
+    work.git.run("archive", "--format=tar", "-o", str(tar), commit)
+    with tarfile.open(tar) as tf:
+        tf.extractall(dest, filter="data")
+    tar.unlink()
+
+
+@dataclass(frozen=True)
+class SecondSeries:
+    """The bindings series (`patches-bindings/`) as the wheel holds it."""
+
+    project: Project
+    pin: Pin
+    work: WorkRepo
+    commit: str
+    base: str
+    series: Series
+
+    @property
+    def records(self) -> tuple[PatchRecord, ...]:
+        """Its patches, named from the main series' folder (`../patches-bindings/NAME`), so that the
+        series hash of the wheel is one `sha256sum` listing of both folders."""
+        return tuple(replace(r, file=f"../{self.project.patches_dir.name}/{r.file}")
+                     for r in patch_records(self.series))
+
+    def record(self) -> dict:
+        return series_record(self.project.series_name, self.pin, self.series, patched_commit=self.commit,
+                             patched_tree=self.work.git.tree_of(self.commit), upstream_commit=self.base)
+
+
+def _bindings_series(project: Project, sdist: SdistSource) -> SecondSeries | None:
+    """The project's bindings series, applied and committed, when it has one; None otherwise.
+
+    Its pin must name the very sdist the wheel is built from: the bindings patches were made
+    against that archive's files."""
+    if BINDINGS_SERIES not in project.second_series():
+        return None
+    second = project.series(BINDINGS_SERIES)
+    pin = load_pin(second.pin_file)
+    pinned = [s.sha256 for s in pin.sources if isinstance(s, SdistSource)]
+    if sdist.sha256 not in pinned:
+        raise InputError(
+            f"{second.pin_file}: the bindings series is pinned to the sdist with sha256 "
+            f"{', '.join(pinned) or '(none)'}, the wheel would build from {sdist.sha256}: build without --sdist, "
+            f"or pin the series to that sdist (its patches were made against the pinned one)")
+    work, commit, base = _patched_commit(second)
+    return SecondSeries(second, pin, work, commit, base, load_series(second.patches_dir))
 
 
 # -- the build -------------------------------------------------------------------------------------

@@ -85,6 +85,13 @@ def lookup(cache_dir: Path, pin: Pin) -> Fetched | None:
     return Fetched(path, commit, info["tree"], info.get("source", "?"), cached=True)
 
 
+def fetched_tree(cache_dir: Path, pin: Pin) -> str:
+    """The tree `apply` builds `patched` on: the cached pin's (an sdist source may record its own,
+    `SdistSource.tree`), else the pin's."""
+    found = lookup(cache_dir, pin)
+    return found.tree if found else pin.tree
+
+
 def _expected_tree(pin: Pin, index: int | None) -> str:
     if index is not None and 0 <= index < len(pin.sources):
         src = pin.sources[index]
@@ -244,7 +251,7 @@ def _import_sdist(
     finally:
         progress.end()
     try:
-        tree, count = import_tree(q, archive, src.subdir, quarantine, progress)
+        tree, count = import_tree(q, archive, src.subdir, quarantine, progress, exclude=src.exclude)
         expected = src.tree or pin.tree
         if tree != expected:
             raise SourceError(
@@ -271,13 +278,14 @@ def _import_sdist(
     return q.out("commit-tree", tree, "-m", message, env=ident)
 
 
-def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress: ProgressSink) -> tuple[str, int]:
+def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress: ProgressSink, *,
+                exclude: tuple[str, ...] = ()) -> tuple[str, int]:
     """Extract `subdir` of a (checksummed) archive under `scratch` and add it to `q`: its tree id
     and file count. The one import both `fetch` and `patchset pin --sdist` use."""
     files = scratch / "files"
     from builder.upstream import mirror  # noqa: PLC0415 (see download above)
 
-    count = mirror.extract_subdir(archive, subdir, files, progress)
+    count = mirror.extract_subdir(archive, subdir, files, progress, exclude=exclude)
     progress.begin(f"importing {count} files", None)
     env = {**ISOLATED, "GIT_INDEX_FILE": str(scratch / "index")}
     # --force: upstream tracks files that its own .gitignore matches; a plain add drops them

@@ -37,6 +37,9 @@ class SdistSource:
     tree: str = ""
     """The tree this archive is known to give, when it differs from the pin's (files the
     mirror leaves out, documented in the pin's tree_note). Empty: the pin's tree."""
+    exclude: tuple[str, ...] = ()
+    """Folders of `subdir` that are not part of this upstream's tree (llama-cpp-python's sdist
+    carries llama.cpp in `vendor/llama.cpp`, a git submodule of its own)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,12 @@ def load_pin(path: Path) -> Pin:
             tree_override = s.get("tree", "")
             if tree_override and not _SHA1.match(tree_override):
                 raise PinError(f"{sw}: tree must be a full 40-hex tree id")
-            sources.append(SdistSource(sha256=sha, subdir=subdir, requirement=req, url=url, tree=tree_override))
+            exclude = s.get("exclude", [])
+            if not isinstance(exclude, list) or not all(
+                    isinstance(e, str) and e and not e.startswith("/") and ".." not in Path(e).parts for e in exclude):
+                raise PinError(f"{sw}: exclude must be a list of relative paths inside subdir")
+            sources.append(SdistSource(sha256=sha, subdir=subdir, requirement=req, url=url, tree=tree_override,
+                                       exclude=tuple(exclude)))
         else:
             raise PinError(f"{sw}: unknown kind '{kind}' (expected 'git' or 'sdist')")
     return Pin(
@@ -139,16 +147,18 @@ def dump_pin(pin: Pin) -> str:
     doc["tree"] = pin.tree
     if pin.tree_note:
         doc["tree_note"] = pin.tree_note
-    srcs = []
+    srcs: list[dict[str, str | list[str]]] = []
     for s in pin.sources:
         if isinstance(s, GitSource):
             srcs.append({"kind": "git", "url": s.url})
         elif isinstance(s, BundleSource):
             continue  # given on the command line for one fetch, never part of the pin file
         else:
-            entry = {"kind": "sdist"}
+            entry: dict[str, str | list[str]] = {"kind": "sdist"}
             entry.update({"requirement": s.requirement} if s.requirement else {"url": s.url})
             entry.update({"sha256": s.sha256, "subdir": s.subdir})
+            if s.exclude:
+                entry["exclude"] = list(s.exclude)
             if s.tree:
                 entry["tree"] = s.tree
             srcs.append(entry)

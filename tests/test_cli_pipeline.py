@@ -318,6 +318,9 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
         "export": ("export", "--check", "--author", "Ann Example <ann@example.org>", "--out", str(tmp_path / "x"),
                    "--json"),
         "evidence": ("evidence", "check", "--json"),
+        "refresh": ("refresh", "--check", "--json"),
+        "fetch": ("fetch", "--json"),
+        "gc": ("gc", "--dry-run", "--json"),
         "bump": ("bump", "--onto", moved, "-j", "2", "--json"),
     }
     seen = {}
@@ -334,6 +337,9 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
     assert [p["program"] for p in seen["test"][1]["programs"]] == ["test-opt", "test-backend-ops", "test-sub",
                                                                    "test-add"]
     assert seen["bump"][0] == 3 and seen["bump"][1]["failed_stage"] == "rebase"
+    assert seen["refresh"][1]["check"] and seen["refresh"][1]["current"] and not seen["refresh"][1]["changes"]
+    assert seen["fetch"][1]["cached"] and seen["fetch"][1]["commit"] == pin["commit"]
+    assert seen["gc"][1]["dry_run"] is True
 
 
 def mini_series(mini: Mini) -> list[str]:

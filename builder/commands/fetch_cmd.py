@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from builder.commands import jsonout
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.project import Project
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "without network; its tree is checked against the pin")
     g.add_argument("--export-bundle", type=Path, metavar="FILE",
                    help="write the cached, verified pin as a git bundle to carry to such a machine")
+    jsonout.add_option(p, "the verified upstream")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -36,7 +38,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print(f"bundle of {f.commit[:12]} (tree {f.tree}): {out} ({out.stat().st_size / 1e6:.1f} MB)",
                       highlight=False)
         return Outcome.OK
-    f = fetch(project, CliProgress(), bundle=args.bundle)
+    f = fetch(project, None if jsonout.to_stdout(args) else CliProgress(), bundle=args.bundle)
+    jsonout.emit(args, "fetch", {"commit": f.commit, "tree": f.tree, "source": f.source, "cached": f.cached})
     how = "already in the cache" if f.cached else f"fetched from {f.source}"
     console.print(f"upstream tree {f.tree} verified ({how}); commit {f.commit[:12]} in {f.repo}")
     return Outcome.OK

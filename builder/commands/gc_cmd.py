@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 
+from builder.commands import jsonout
 from builder.console import console
 from builder.errors import InputError, Outcome
 from builder.gc import gc
@@ -16,12 +17,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="remove verify and backup refs older than this many days (default 14; 0: all)")
     p.add_argument("--broken", action="store_true", help="also remove refs whose objects are gone with a lost cache")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    jsonout.add_option(p, "what was removed and what was left alone")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.older_than < 0:
         raise InputError(f"--older-than {args.older_than:g}: give a number of days, 0 or more")
     result = gc(project, args.older_than, broken=args.broken, dry_run=args.dry_run)
+    jsonout.emit(args, "gc", {"dry_run": args.dry_run, "removed": list(result.removed),
+                              "left_alone": list(result.skipped)})
     verb = "would remove" if args.dry_run else "removed"
     for item in result.removed:
         console.print(f"  {verb} {item}", highlight=False, markup=False)

@@ -5,7 +5,7 @@ field changes meaning or goes away (a field added keeps it). While `--json` prin
 (tables, progress, notes) writes to stderr, so stdout holds the document alone. Where a command
 writes its JSON to a file (`test --json FILE`, `all --json FILE`), the file holds the same
 document; `--json` without a file, or `--json -`, prints it. docs/json.md is generated from
-FORMATS (`patchset help --json-formats`) and checked by tests/test_json_output.py."""
+FORMATS (`patchset help --json-formats`) and checked by tests/test_docs_facts.py."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ FORMATS: dict[str, tuple[int, str, str]] = {
     "canary": (1, "canary --json", "where each patch stops applying over the commits after the pin"),
     "export": (1, "export [--check] --json", "each package written and every finding of upstream's rules"),
     "evidence": (1, "evidence check|update --json", "the committed evidence's problems, or the files written"),
+    "refresh": (1, "refresh [--check] --json", "each patch file written or, with --check, each that differs"),
+    "fetch": (1, "fetch --json", "the verified upstream: commit, tree, the source it came from, cached or not"),
+    "gc": (1, "gc [--dry-run] --json", "what was (or would be) removed and what was left alone"),
 }
 """Every JSON document a command prints: its name, version, command and contents."""
 

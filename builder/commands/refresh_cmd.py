@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from builder.commands import options
+from builder.commands import jsonout, options
 from builder.console import console
 from builder.errors import Outcome
 from builder.locking import project_lock
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write nothing; exit 1 listing the files when patches/ is not what refresh would write")
     options.add_force(p, "refresh", "files of patches/ edited by hand since the last apply or refresh (a copy is "
                                     "kept under .patchset/backup/)")
+    jsonout.add_option(p, "the files written (with --check: the files that differ)")
 
 
 def _print_changes(project: Project, changes: list[FileChange]) -> None:
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.check:
         stale = check_current(project)
         _print_changes(project, list(stale))
+        jsonout.emit(args, "refresh", {"check": True, "current": not stale, "changes": list(stale)})
         if stale:
             console.print(f"patches/ is not what `patchset refresh` writes from 'patched': {len(stale)} file(s)")
             return Outcome.FAILED
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if result.backup:
         console.print(f"saved: the hand-edited files it overwrote, in {result.backup}", highlight=False)
     changed = [c for c in result.changes if c.change != "unchanged"]
+    jsonout.emit(args, "refresh", {"check": False, "current": not changed, "changes": changed,
+                                   "backup": result.backup, "warnings": list(result.warnings)})
     _print_changes(project, changed)
     if not changed:
         console.print(f"patches/ already matches 'patched' ({len(result.changes)} patch(es))")

@@ -63,7 +63,7 @@ def restore(project: Project, work: WorkRepo, commit: str) -> None:
         out = Path(tmp) / "out"
         out.mkdir()
         work.git.run("read-tree", commit, env=env)
-        work.git.run("--work-tree", str(out), "checkout-index", "--all", "--force", env=env)
+        work.git.run("checkout-index", "--all", "--force", f"--prefix={out}/", env=env)
         project.state_dir.mkdir(parents=True, exist_ok=True)
         shutil.copytree(out / PATCHES_PATH, staged)
         pin_text = (out / PIN_PATH).read_text(encoding="utf-8")

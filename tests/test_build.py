@@ -139,6 +139,13 @@ def test_the_users_cmake_args_reach_every_build_and_the_evidence_names_them(tmp_
     assert r.ok
     assert _optimization_flags(r.build_dir)["calc.c"] == ["-O0"]
     assert evidence.host_info()["cmake_args"] == "'-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG'"
+    # a compiler chosen there is the compiler the evidence names, not $CXX or c++ on the PATH
+    fake = tmp_path / "other-c++"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "c++ (Chosen) 7.7"; exit 0; }}\n'
+                    f'exec {shutil.which("c++")} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv(cmakebuild.CMAKE_ARGS_ENV, f"-DCMAKE_CXX_COMPILER=c++ -DCMAKE_CXX_COMPILER:FILEPATH={fake}")
+    assert evidence.host_info()["compiler"] == "c++ (Chosen) 7.7"
     monkeypatch.delenv(cmakebuild.CMAKE_ARGS_ENV)
     assert "cmake_args" not in evidence.host_info()
     # options as they came from a shell; one that is not a -D cache setting, or bad quoting, is refused
@@ -207,7 +214,14 @@ COMMON_FILES = {
     "common/CMakeLists.txt": ("llama_add_compile_flags()\n"
                               "add_library(llama-common STATIC common.cpp log.cpp chat.cpp twice.cpp)\n"
                               "target_include_directories(llama-common PUBLIC .)\n"
-                              "target_link_libraries(llama-common PUBLIC llama)\n"),
+                              "target_link_libraries(llama-common PUBLIC llama)\n"
+                              "target_link_libraries(llama-common PRIVATE cpp-httplib)\n"),
+    # as in the tree: a vendored HTTP library that only common's download code uses
+    "vendor/CMakeLists.txt": "add_subdirectory(cpp-httplib)\n",
+    "vendor/cpp-httplib/CMakeLists.txt": ("add_library(cpp-httplib STATIC httplib.cpp)\n"
+                                          "target_include_directories(cpp-httplib PUBLIC .)\n"),
+    "vendor/cpp-httplib/httplib.h": "#pragma once\nint http_get(int);\n",
+    "vendor/cpp-httplib/httplib.cpp": '#include "httplib.h"\nint http_get(int x) { return x; }\n',
     "common/common.h": '#pragma once\n#include "log.h"\nint common_calc(int);\nint common_twice(int);\n',
     "common/log.h": "#pragma once\nint common_log(int);\n",
     "common/log.cpp": '#include "log.h"\nint common_log(int x) { return x; }\n',
@@ -228,11 +242,14 @@ def _compiled(build_dir: Path) -> set[str]:
 def test_llama_common_compiles_only_the_sources_the_test_programs_reach(tmp_path: Path) -> None:
     tree = make_llama_tree(tmp_path / "tree")
     for rel, text in COMMON_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
     r = build(dataclasses.replace(spec(tree, tmp_path / "build"), programs=("test-llama-calc",)))
     assert r.ok, r.log.read_text()[-2000:]
     assert {"common.cpp", "log.cpp"} <= _compiled(r.build_dir)
     assert not {"chat.cpp", "twice.cpp"} & _compiled(r.build_dir)
+    # and not the HTTP library only the sources left out use
+    assert not list(r.build_dir.rglob("httplib.cpp.o"))
     out = subprocess.run([str(r.bin_dir / "test-llama-calc")], capture_output=True, text=True, check=True)
     assert out.stdout == "  calc(x=1): OK\n"
 
@@ -240,8 +257,10 @@ def test_llama_common_compiles_only_the_sources_the_test_programs_reach(tmp_path
 def test_a_definition_in_a_source_no_header_names_builds_all_of_llama_common(tmp_path: Path) -> None:
     tree = make_llama_tree(tmp_path / "tree")
     for rel, text in COMMON_FILES.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
-    (tree / "common/chat.cpp").write_text('#include "chat.h"\nint common_chat(int x) { return x; }\n')
+    (tree / "common/chat.cpp").write_text('#include "chat.h"\n#include "httplib.h"\n'
+                                          'int common_chat(int x) { return http_get(x); }\n')
     (tree / "tests/test-llama-calc.cpp").write_text(
         '#include "common.h"\n#include <cstdio>\n'
         'int main() { printf("  twice(x=1): %s\\n", common_twice(1) == 2 ? "OK" : "FAIL"); }\n')
@@ -249,6 +268,7 @@ def test_a_definition_in_a_source_no_header_names_builds_all_of_llama_common(tmp
     # the build with common.cpp and log.cpp cannot link common_twice: built again with all four
     assert r.ok, r.log.read_text()[-2000:]
     assert {"common.cpp", "log.cpp", "chat.cpp", "twice.cpp"} <= _compiled(r.build_dir)
+    assert list(r.build_dir.rglob("httplib.cpp.o"))
     out = subprocess.run([str(r.bin_dir / "test-llama-calc")], capture_output=True, text=True, check=True)
     assert out.stdout == "  twice(x=1): OK\n"
 

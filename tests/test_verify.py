@@ -14,6 +14,7 @@ from helpers import pin_toml
 
 from builder.gitrepo import GitRepo
 from builder.project import load_project
+from builder.prove import evidence
 from builder.prove.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
 from builder.series.apply import apply
 from builder.series.refresh import format_mails, write_series
@@ -249,13 +250,14 @@ def test_another_compiler_is_another_key_and_the_proof_is_made_again(verified, t
     """The evidence's key holds the compiler as the record of what a proof depends on does: a proof
     made with one compiler is neither reused nor carried over under another."""
     project, _, _ = verified
-    real = shutil.which("c++")
+    name = evidence.configured_cxx()  # the suite's $PATCHSET_CMAKE_ARGS may name clang++
+    real = shutil.which(name)
     assert real
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "c++").write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "c++ (Other) 99.1"; exit 0; }}\n'
-                              f'exec {real} "$@"\n')
-    (fake / "c++").chmod(0o755)
+    (fake / name).write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "c++ (Other) 99.1"; exit 0; }}\n'
+                             f'exec {real} "$@"\n')
+    (fake / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     again = verify(project, ["1"], backends=["cpu"])
     assert again.verdicts[0].outcome == PROVEN and not again.verdicts[0].reused, again.verdicts[0].reason

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build.cmakebuild import CMAKE_ARGS_ENV
+from builder.build.cmakebuild import CMAKE_ARGS_ENV, user_cmake_args
 from builder.errors import ProcessError
 from builder.fsutil import atomic_write_text
 from builder.prove import cases
@@ -74,11 +74,20 @@ class Evidence:
     `trees` (tree name -> the tree id it now holds for), `pin` (the pin commit then)."""
 
 
+def configured_cxx() -> str:
+    """The C++ compiler CMake takes: `-DCMAKE_CXX_COMPILER` of `$PATCHSET_CMAKE_ARGS` (the last one wins,
+    as in CMake), else `$CXX`, else `c++`."""
+    chosen = [w.split("=", 1)[1] for w in user_cmake_args()
+              if w.split("=", 1)[0] in ("-DCMAKE_CXX_COMPILER", "-DCMAKE_CXX_COMPILER:FILEPATH",
+                                        "-DCMAKE_CXX_COMPILER:STRING", "-DCMAKE_CXX_COMPILER:PATH") and "=" in w]
+    return chosen[-1] if chosen else (os.environ.get("CXX") or "c++")
+
+
 def host_info(cxx: str | None = None) -> dict:
-    """This machine as evidence records it; the compiler is the one CMake takes (`$CXX`, else `c++`)."""
+    """This machine as evidence records it; the compiler is the one CMake takes (configured_cxx)."""
     compiler = ""
     try:
-        argv = shlex.split(cxx or os.environ.get("CXX") or "c++")
+        argv = shlex.split(cxx or configured_cxx())
         compiler = proc.run([*argv, "--version"], timeout=30).stdout.splitlines()[0]
     except (ProcessError, IndexError, ValueError, OSError):
         compiler = "unknown"

@@ -101,11 +101,11 @@ class _Version(argparse.Action):
 
 
 SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo",
-                       "canary")
-"""The commands that address a second series (`--series NAME`; canary with its text checks only). The
-others build, test, prove, move or export llama.cpp's tree (`patchset wheel` applies the bindings series
-itself); export to a second upstream needs that upstream's own rules and PR template, which patchset
-does not hold yet."""
+                       "canary", "rebase")
+"""The commands that address a second series (`--series NAME`; canary and rebase without the checks that
+build llama.cpp's tree: --build, --test, --fixed-upstream). The others build, test, prove, move or export
+llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second upstream needs
+that upstream's own rules and PR template, which patchset does not hold yet."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -13,10 +13,11 @@ Exit 1 when the two disagree on some patch or the bisection goes over the bound.
 the llama.cpp pin, is newer than ggml's history here): each mail is applied at OLD in order, as it is or
 by a 3-way merge that finds the blobs the mail starts from in `--objects` (the patchset cache's upstream
 repository), and re-formatted there; a mail that does not merge at OLD is left out, and the report says
-so. `--label` names the source in the report (no local path), `--out FILE` also writes the report there.
+so. `--label` and `--series-label` name the source and the series in the report (no local path), `--out
+FILE` also writes the report there (`--append`: after the reports the file holds already).
 
 Usage: python benchmarks/canary.py --source URL --series DIR --range OLD..NEW [--step N] [--cache DIR]
-           [--backport --objects DIR] [--label NAME] [--out FILE]
+           [--backport --objects DIR] [--label NAME] [--series-label TEXT] [--out FILE [--append]]
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ def main() -> int:
                     help="apply the series at OLD first (3-way where needed), leaving out the mails that do not merge")
     ap.add_argument("--objects", type=Path, action="append", default=[],
                     help="with --backport: an objects folder holding the blobs the mails start from")
+    ap.add_argument("--series-label", help="how the report names the series (default: not named)")
     ap.add_argument("--label", help="how the report names the source (default: the source as given)")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
+    ap.add_argument("--append", action="store_true", help="with --out: add the report after what the file holds")
     args = ap.parse_args()
     old, _, new = args.range_.partition("..")
     source = str(Path(args.source).resolve()) if Path(args.source).exists() else args.source
@@ -142,6 +145,8 @@ def main() -> int:
     lines = [f"python benchmarks/canary.py --source {label} --range {args.range_} --step {args.step}"
              + (" --backport" if args.backport else ""),
              f"{label} {bisect['old'][:12]}..{bisect['new'][:12]}: {n} first-parent commit(s), step {args.step}"]
+    if args.series_label:
+        lines.append(f"series: {args.series_label}")
     if args.backport:
         lines.append(f"series at OLD: {len(bisect['patches'])} mail(s) applied there (as they are or by 3-way); "
                      f"left out, not merging at OLD: {', '.join(left_out) or 'none'}")
@@ -165,7 +170,8 @@ def main() -> int:
     lines.append(f"wall: bisection {t_bisect:.1f} s, scan {t_scan:.1f} s (2 shared cores)")
     print("\n".join(lines))
     if args.out:
-        args.out.write_text("\n".join(lines) + "\n")
+        before = args.out.read_text() + "\n" if args.append and args.out.exists() else ""
+        args.out.write_text(before + "\n".join(lines) + "\n")
     return 0 if ok and bisect["newest_whole"] == scan["newest_whole"] else 1
 
 if __name__ == "__main__":

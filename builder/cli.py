@@ -100,10 +100,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo")
-"""The commands that address a second series (`--series NAME`). The others build, test, prove, move or
-export llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second
-upstream needs that upstream's own rules and PR template, which patchset does not hold yet."""
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo",
+                       "canary", "rebase")
+"""The commands that address a second series (`--series NAME`; canary and rebase without the checks that
+build llama.cpp's tree: --build, --test, --fixed-upstream). The others build, test, prove, move or export
+llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second upstream needs
+that upstream's own rules and PR template, which patchset does not hold yet."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    A_C,
     B_C,
     PATCH1_A_C,
+    PATCH1_MSG,
     PATCH3_TEST_X_C,
     STANDARD_PATCHES,
     TEST_X_C,
@@ -19,6 +21,8 @@ from helpers import (
     git,
     make_project,
     make_upstream,
+    pin_toml,
+    write_patches,
 )
 
 from builder.cli import main
@@ -120,3 +124,71 @@ def test_canary_bad_input_is_one_line_and_exit_2(proj: Proj, capsys: pytest.Capt
         assert main(["--project", str(proj.root), "canary", *args]) == 2
         errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
         assert len(errors) == 1 and words in errors[0], errors
+
+
+SIDE_BREAKS = 6
+"""The commit (1-based, of 9 after the side series' pin) where its upstream rewrites the line its patch changes."""
+
+
+def _side_series(proj: Proj, tmp_path: Path) -> tuple[str, str, list[str]]:
+    """A second series `side` (patches-side/, upstream/side.toml) of one patch on an upstream of its own
+    with 9 commits after its pin: (the pin's commit, the patch's name, the commits)."""
+    (tmp_path / "side").mkdir()
+    side = make_upstream(tmp_path / "side")
+    (proj.root / "upstream" / "side.toml").write_text(
+        pin_toml(side.commit, side.tree, [{"kind": "git", "url": side.url}]))
+    scratch = tmp_path / "side-scratch"
+    git(tmp_path, "clone", "--quiet", str(side.bare), str(scratch))
+    (proj.root / "patches-side").mkdir()
+    name, = write_patches(proj.root / "patches-side", scratch, [commit(scratch, {"src/a.c": PATCH1_A_C}, PATCH1_MSG)])
+    ids = [side.advance({f"notes/n{i}.txt": f"note {i}\n"} | (
+        {"src/a.c": A_C.replace("    return x + y;", "    return x + y + 0;")} if i == SIDE_BREAKS else {}),
+        f"side {i}\n") for i in range(1, 10)]
+    return side.commit, name, ids
+
+
+def test_canary_maps_a_second_series_over_its_own_upstream(proj: Proj, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`--series NAME`: patches-NAME/ over the history of its own pin (upstream/NAME.toml), text checks;
+    the main series and its pin are not read. --build/--test build llama.cpp's tree: refused with it."""
+    pinned, name, ids = _side_series(proj, tmp_path)
+    breaks = SIDE_BREAKS
+    # the main series' pin has no commit after it: canary on it would have nothing to try
+    before = proj.snapshot()
+    capsys.readouterr()
+    assert main(["--project", str(proj.root), "--series", "side", "canary", "--json"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["old"] == pinned and report["new"] == ids[-1] and report["commits"] == len(ids)
+    row, = report["patches"]
+    assert row["patch"] == name and row["class"] == KIND_CONFLICT
+    assert row["broken_at"]["commit"] == ids[breaks - 1] and row["last_good"] == ids[breaks - 2]
+    assert row["broken_at"]["files"] == ["src/a.c"] and report["newest_whole"]["commit"] == ids[breaks - 2]
+    assert proj.snapshot() == before
+    assert main(["--project", str(proj.root), "--series", "side", "canary", "--test"]) == 2
+    err = capsys.readouterr().err
+    assert "--series side" in err and "--test" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rebase_moves_a_second_series_and_leaves_the_main_one(proj: Proj, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`--series NAME rebase`: the second series moves on its own upstream (its pin and patches-NAME/
+    rewritten, its work repository moved), the main series' pin and patches/ stay as they are; the dry
+    run names the conflict canary found; --fixed-upstream (it builds llama.cpp's tree) is refused."""
+    _pinned, name, ids = _side_series(proj, tmp_path)
+    main_files = {f: (proj.root / f).read_bytes() for f in ("upstream/llama.cpp.toml", *(
+        f"patches/{n}" for n in proj.series()))}
+    cli = ["--project", str(proj.root), "--series", "side"]
+    assert main([*cli, "apply"]) == 0
+    capsys.readouterr()
+    assert main([*cli, "rebase", "--dry-run", "--json", "--onto", ids[SIDE_BREAKS - 1]]) == 3
+    row, = json.loads(capsys.readouterr().out)["patches"]
+    assert row["patch"] == name and row["outcome"] == KIND_CONFLICT
+    good = ids[SIDE_BREAKS - 2]
+    assert main([*cli, "rebase", "--onto", good]) == 0
+    assert f'commit = "{good}"' in (proj.root / "upstream" / "side.toml").read_text()
+    assert git(proj.root / ".patchset" / "work" / "side", "rev-parse", "upstream") == good
+    assert "return (long)x + y;" in (proj.root / "patches-side" / name).read_text()
+    assert {f: (proj.root / f).read_bytes() for f in main_files} == main_files
+    assert main([*cli, "rebase", "--onto", ids[-1], "--fixed-upstream"]) == 2
+    err = capsys.readouterr().err
+    assert "--series side" in err and "--fixed-upstream" in err

@@ -257,13 +257,18 @@ def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed(
     test, dropping (for the pull request's reviewer) the patches upstream fixed."""
     calls = [argv for where, argv in CALLS if where.startswith("bump.yml")]
     assert [c[0] for c in calls] == ["canary", "pin", "pin", "apply", "bump"]
-    # issue 35: the canary maps the range first; the pin is the release or the newest commit the series survives
+    # issue 35: the canary maps the range up to upstream's head first, each patch built and its test run
+    # with the fix on the CPU (--test: as --build, and the tests); the pin is the release or the newest
+    # commit the whole series survives
     canary = build_parser().parse_args(calls[0])
-    assert canary.json and canary.markdown and canary.range_ == "..refs/tags/$TAG"
+    assert canary.json and canary.markdown and canary.range_ == "..HEAD"
+    assert canary.test and canary.backend == "cpu"
     bump = build_parser().parse_args(calls[4])
     assert bump.backend == "cpu" and bump.drop_fixed
     text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
     assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text
+    # the pull request's body: the bump report, then the canary's map of what breaks after the pinned commit
+    assert "['newest_whole']['commit']" in text and "cat canary-report.md; } > bump-report.md" in text
     # exit 6 (moved; a patch needs a backend the runner lacks, named in the report) opens the pull request too
     assert '--drop-fixed || { rc=$?; [ "$rc" -eq 6 ] || exit "$rc"; }' in text
 

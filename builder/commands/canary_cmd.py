@@ -51,6 +51,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         new = new or "HEAD"
     progress = None if args.json else CliProgress()
     check = None
+    if (args.build or args.test) and project.series_name:
+        raise InputError(f"--series {project.series_name} with --{'test' if args.test else 'build'}: canary builds "
+                         "llama.cpp's tree only; a second series gets its text checks (leave the flag out)")
     if args.build or args.test:
         from builder.prove.canary_check import checker  # noqa: PLC0415 (only these flags build)
         check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout)

@@ -52,6 +52,9 @@ def print_way_back(report: RebaseReport) -> None:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    if args.fixed_upstream and project.series_name:
+        raise InputError(f"--series {project.series_name} with --fixed-upstream: the check builds llama.cpp's tree "
+                         "only; rebase a second series without it")
     if args.fixed_upstream and not args.onto:
         raise InputError("--fixed-upstream goes with --onto (it runs before the series moves)")
     if args.dry_run:
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         print_report(result.report)
         jsonout.emit(args, "rebase", result.report.as_json())
     console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
-                  f"pin {project.pin_file.name} and patches/ updated"
+                  f"pin {project.pin_file.name} and {project.patches_dir.name}/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
     if result.report is not None:
         print_way_back(result.report)

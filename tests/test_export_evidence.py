@@ -12,6 +12,7 @@ from test_export import AUTHOR, BUG_FORM, PR_TEMPLATE
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation, program_source
 
 from builder.deliver import clean
+from builder.deliver import evidence_facts as facts
 from builder.deliver.export import ExportOptions, export
 from builder.gitrepo import GitRepo
 from builder.project import load_project
@@ -72,6 +73,19 @@ def test_pr_and_issue_carry_the_evidence(verified: object) -> None:
     assert "```console\n$ test-add\n" in issue and "add(want=5): FAIL" in issue
     assert "[FILL IN: Relevant log output" not in issue
     assert "Patchset-" not in pr + issue
+
+
+def test_a_stand_in_s_evidence_gives_the_output_and_the_real_backend_the_commands(
+        verified: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ISSUE.md's reproducer must be one upstream can run: when the evidence is from one of patchset's
+    stand-ins (metal-replay for Metal), the commands are the real backend's and the output is labelled.
+    Here the CPU stands in for CUDA, which the patch's test also declares."""
+    project = verified
+    monkeypatch.setattr(facts, "STAND_IN_FOR", {"cpu": "cuda"})
+    pkg = export(project, ExportOptions(author=AUTHOR)).packages[0]  # type: ignore[arg-type]
+    issue = (pkg.directory / "ISSUE.md").read_text()
+    assert "-DGGML_CUDA=ON" in issue and "add(want=5): FAIL" in issue
+    assert "the failing output below is from patchset's host-side replay of the CUDA backend" in issue
 
 
 def test_what_export_writes_is_clean_when_the_evidence_is_not(verified: object) -> None:

@@ -21,6 +21,9 @@ from builder.prove import evidence as ev
 from builder.series.model import Finding, Patch, Series, TestSpec
 
 NAMES = {"cpu": "CPU", "cuda": "CUDA", "metal": "Metal"}
+STAND_IN_FOR = {"metal-replay": "metal"}
+"""patchset's own stand-ins, and the backend each stands in for: upstream cannot run them (they are
+built from patchset's harness), so a reproducer names the real backend."""
 
 
 @dataclass(frozen=True)

@@ -465,11 +465,17 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
     backend = next((b for b in facts.backends_of(patch)
                     if facts.load(ctx.project.evidence_dir, patch, b, ctx.after_trees[patch.index]).data), None)
     backend = backend or (facts.backends_of(patch) or ("cpu",))[0]
-    tests = facts.tests_on(patch, backend)
+    # a stand-in's evidence gives the output; the commands are for the backend it stands in for
+    real = facts.STAND_IN_FOR.get(backend)
+    run_on = real if real in facts.backends_of(patch) else backend
+    tests = facts.tests_on(patch, run_on)
     includes = _includes(patch)
     repro = [f"git checkout {ctx.pin.commit}  # {ctx.pin.name} {ctx.pin.tag}",
              f"git apply {includes} {mail_name}  # the regression test alone, without the fix",
-             *facts.commands(tests, backend)]
+             *facts.commands(tests, run_on)]
+    if run_on != backend:
+        repro.append(f"# the failing output below is from patchset's host-side replay of the {facts.display(run_on)} "
+                     f"backend on {facts.display('cpu')} ({backend}), not from {facts.display(run_on)} hardware")
     evb = facts.load(ctx.project.evidence_dir, patch, backend, ctx.after_trees[patch.index])
     output = facts.failing_output(evb.step("before")) if evb.data else ""
     missing = (evb.why_none or "the evidence holds no failing output") + \
@@ -478,7 +484,7 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
     if evb.data and evb.data.get("host", {}).get("compiler"):
         version += f"\nbuilt with {evb.data['host']['compiler']} on {evb.data['host'].get('platform', '?')}"
     body = templates.render_issue(form, templates.IssueFacts(
-        version, "\n".join(repro), output, missing, (facts.display(backend),)))
+        version, "\n".join(repro), output, missing, (facts.display(run_on),)))
     return body, form.title
 
 

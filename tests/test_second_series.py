@@ -54,15 +54,16 @@ Patchset-Not-In-CI: python tests/test_readme.py: a synthetic test
 """
 
 
-def _add_bindings_series(p: Proj, archive: Path, patches: list[tuple[dict[str, str | bytes | None], str]]) -> Path:
+def _add_bindings_series(p: Proj, archive: Path, patches: list[tuple[dict[str, str | bytes | None], str]],
+                         package_files: dict[str, str] | None = None) -> Path:
     """patches-bindings/ and upstream/bindings.toml on the sdist's package files (vendor/llama.cpp left
     out): the bindings' upstream is a git repository holding those files and one more, pinned by the
     sdist with the tree id of its import. Returns the bindings' upstream repository."""
     base = p.root.parent / "bindings-up"
     src = base / "src"
     git(p.root.parent, "init", "--quiet", str(src))
-    files = {**SDIST_TOP, "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
-             "setup.py": "# not upstream\n"}
+    files = {**(SDIST_TOP if package_files is None else package_files),
+             "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n", "setup.py": "# not upstream\n"}
     commit(src, dict(files), "bindings 1.2.3\n", author=("Bindings Dev", "dev@bindings.invalid",
                                                         "2023-12-01T00:00:00+00:00"))
     # the sdist leaves out a file of the git tree (as the real one leaves out the submodule link): its

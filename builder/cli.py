@@ -102,11 +102,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "verify", "new", "edit", "drop", "move", "mark",
-                      "undo")
-"""The commands that address a second series (`--series NAME`). The others build, test, move or export
-llama.cpp's tree (`patchset wheel` applies the bindings series itself). verify proves a second series'
-patches by their `python` tests, against the library `patchset wheel` built (docs/verify.md)."""
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "verify", "export", "new", "edit", "drop",
+                      "move", "mark", "undo")
+"""The commands that address a second series (`--series NAME`). The others build, test or move llama.cpp's
+tree (`patchset wheel` applies the bindings series itself). verify proves a second series' patches by their
+`python` tests, against the library `patchset wheel` built (docs/verify.md); export writes them on
+llama-cpp-python's rules (docs/export.md)."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -160,10 +160,10 @@ def test_an_unknown_series_is_one_line_and_exit_2(two: tuple[Proj, Path], capsys
     assert "no series 'nope'" in err and "patches-nope/series" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(InputError, match="not a series name"):
         load_project(root=p.root, series="../x")
-    # a command that works on llama.cpp's tree only (build, verify, export to llama.cpp's rules, ...) refuses it
-    assert _cli(p, "--series", "bindings", "export") == 2
+    # a command that works on llama.cpp's tree only (build, test, rebase, ...) refuses it
+    assert _cli(p, "--series", "bindings", "build") == 2
     err = capsys.readouterr().err
-    assert "patchset export does not take --series" in err and len(err.strip().splitlines()) == 1
+    assert "patchset build does not take --series" in err and len(err.strip().splitlines()) == 1
 
 
 def test_an_sdist_pin_leaves_the_excluded_folder_out_and_round_trips(two: tuple[Proj, Path], tmp_path: Path) -> None:

@@ -281,7 +281,8 @@ class Verifier:
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
         if after.verdict != "passes":
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
-        if self.hunks:
+        if self.hunks and not python:
+            # (a Python patch's hunks are not reverted one by one: --hunks reads a C/C++ compile database)
             # the reverted trees are each one hunk away from the after tree just built
             # a reverted hunk can make a test hang (a missing return is undefined behaviour): each test
             # gets a generous multiple of its own time on the after tree, and a hang counts as caught

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Proj
-from test_second_series import _add_bindings_series
+from test_second_series import B1_MSG, _add_bindings_series
 from test_wheel import PYPROJECT, STATUS_H, STATUS_MSG, _project
 
 from builder.cli import main
@@ -87,16 +87,9 @@ import llama_cpp
 def test_llama_opt_epoch_returns_aborted():
     assert llama_cpp.llama_opt_epoch(None, None, 0) == llama_cpp.GGML_STATUS_ABORTED
 """
-MSG = """\
-fix: return the ggml_status of llama_opt_epoch
-
-Patchset-Upstream: not-sent
-Patchset-Backends: cpu
-Patchset-Test: python tests/test_opt.py
-Patchset-Test-Paths: tests/test_opt.py
-Patchset-Origin: https://example.invalid/bindings/pull/1
-Patchset-Not-In-CI: python tests/test_opt.py: needs the library
-"""
+# test_second_series' B1 with a title of llama-cpp-python's `<tag>: <title>` form
+MSG = B1_MSG.replace("llama_cpp: llama_opt_epoch returns the epoch's ggml_status",
+                     "fix: return the ggml_status of llama_opt_epoch")
 
 
 def _two(tmp_path: Path, cache_dir: Path, test: str) -> Proj:

@@ -180,3 +180,32 @@ def test_a_python_test_that_fails_only_on_a_missing_name_is_no_proof(
     assert rc == 1
     steps = {s["tree"]: s for s in _evidence(p)["steps"]}
     assert steps["before"]["verdict"] == "build-fails" and steps["after"]["verdict"] == "passes"
+
+
+def test_a_test_module_that_does_not_import_does_not_load_and_a_crash_is_in_its_test(tmp_path: Path) -> None:
+    """What one run says, read from the plugin's record: an ImportError at collection (pytest wraps it in
+    its CollectError) is `does not load`, not a failing case; an interpreter that dies is a crash in
+    the test it was in."""
+    from builder.build import testrun  # noqa: PLC0415
+    from builder.prove import pytests  # noqa: PLC0415
+
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "pkg").mkdir()
+    (tree / "pkg" / "__init__.py").write_text("X = 1\n")
+    (tree / "tests" / "test_imp.py").write_text("from pkg import Y\n\n\ndef test_a():\n    assert Y\n")
+    (tree / "tests" / "test_crash.py").write_text(
+        "import os\n\n\ndef test_b():\n    assert 1\n\n\ndef test_c():\n    os.abort()\n")
+    lib = pytests.Library(tmp_path / "lib", "pkg", "0" * 40, "1.0")
+
+    def run(test: str) -> testrun.ProgramResult:
+        return pytests.run(tree, lib, testrun.Invocation("python", (test,)), tmp_path / "logs" / f"{test[6:]}.log", 120)
+
+    imp = run("tests/test_imp.py")
+    assert [(c.name, c.status) for c in imp.cases] == [("tests/test_imp.py", testrun.SKIP)]
+    assert pytests.does_not_load([imp]) == [
+        f"tests/test_imp.py: does not load: ImportError: cannot import name 'Y' from 'pkg' ({tree}/pkg/__init__.py)"]
+    crash = run("tests/test_crash.py")
+    assert crash.signal_name == "SIGABRT" and crash.verdict == testrun.CRASHED
+    assert [(c.name, c.status) for c in crash.cases] == [("test_b", testrun.PASS), ("test_c", testrun.CRASH)]
+    assert pytests.does_not_load([crash]) == []

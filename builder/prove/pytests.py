@@ -166,8 +166,8 @@ def run(tree: Path, lib: Library, inv: testrun.Invocation, log: Path, timeout: f
                                         f"stopped after {timeout:g}s (time limit); last lines: {shown}"))
     # pytest exits 5 when it collected nothing: that checked nothing, like a run with every test skipped
     rc = 0 if r.returncode == 5 else r.returncode
-    if rc == 1 and not any(c.status == testrun.FAIL for c in cases) and any(_missing(c) for c in cases):
-        rc = 0  # the only failures are names the tree lacks: no case failed (they read as `does not load`)
+    if rc in (1, 2) and not any(c.status == testrun.FAIL for c in cases) and any(_missing(c) for c in cases):
+        rc = 0  # the only failures (2: at collection) are names the tree lacks: they read as `does not load`
     return testrun.ProgramResult(inv.program, inv.args, rc, sig, tuple(cases), took, log,
                                  timed_out=r.timed_out, last_lines=last if sig or rc else ())
 

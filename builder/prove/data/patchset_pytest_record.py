@@ -57,6 +57,11 @@ def pytest_exception_interact(node: Any, call: Any, report: Any) -> None:
     exc = call.excinfo.value if call.excinfo is not None else None
     if exc is None:
         return
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    _write({"event": "exception", "nodeid": node.nodeid, "when": call.when, "type": type(exc).__name__,
-            "text": text, "missing_api": _missing_api(exc)})
+    # pytest raises its own CollectError from the ImportError of a test module that does not import
+    cause: BaseException | None = exc
+    while cause is not None and not _missing_api(cause):
+        cause = cause.__cause__
+    shown = cause or exc
+    text = f"{type(shown).__name__}: {shown}".splitlines()[0][:300]
+    _write({"event": "exception", "nodeid": node.nodeid, "when": call.when, "type": type(shown).__name__,
+            "text": text, "missing_api": cause is not None})

@@ -32,6 +32,8 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
       for name, (default, what) in proc.TIMEOUTS.items()),
     ("PATCHSET_CMAKE_ARGS", "more -D options for every build of a tree, after patchset's own (the "
                             "evidence's host and key record them)"),
+    ("PATCHSET_PYTHON", "the interpreter that runs a patch's `python` test in verify (default: patchset's own); "
+                        "it needs pytest and the tested package's own requirements"),
     ("CC, CXX", "the compilers CMake takes (the evidence records $CXX's version, else c++'s)"),
     ("NO_COLOR", "set: no colours in the output"),
     ("CI", "set: no progress bars (they are drawn only on a terminal anyway)"),
@@ -100,12 +102,13 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "new", "edit", "drop", "move", "mark", "undo",
-                       "canary", "rebase")
-"""The commands that address a second series (`--series NAME`; canary and rebase without the checks that
-build llama.cpp's tree: --build, --test, --fixed-upstream). The others build, test, prove, move or export
-llama.cpp's tree (`patchset wheel` applies the bindings series itself); export to a second upstream needs
-that upstream's own rules and PR template, which patchset does not hold yet."""
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "verify", "export", "new", "edit", "drop",
+                       "move", "mark", "undo", "canary", "rebase")
+"""The commands that address a second series (`--series NAME`). The others build or test llama.cpp's tree
+(`patchset wheel` applies the bindings series itself). verify proves a second series' patches by their
+`python` tests, against the library `patchset wheel` built (docs/verify.md); export writes them on
+llama-cpp-python's rules (docs/export.md); canary and rebase work without the checks that build
+llama.cpp's tree (--build, --test, --fixed-upstream)."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

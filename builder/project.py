@@ -54,6 +54,12 @@ class Project:
         return self.state_dir / "build" / self.series_name if self.series_name else self.state_dir / "build"
 
     @property
+    def verify_dir(self) -> Path:
+        """verify's worktree (`src`) and logs: one per series, since each series' trees are commits of its
+        own work repository."""
+        return self.state_dir / f"verify-{self.series_name}" if self.series_name else self.state_dir / "verify"
+
+    @property
     def evidence_dir(self) -> Path:
         return self.state_dir / f"evidence-{self.series_name}" if self.series_name else self.state_dir / "evidence"
 

@@ -55,6 +55,8 @@ def test_every_variable_the_code_reads_is_in_the_help() -> None:
     read = {m for f in (ROOT / "builder").rglob("*.py")
             for groups in pattern.findall(f.read_text(encoding="utf-8")) for m in groups if m}
     not_ours = {"PATH", "XDG_CACHE_HOME"}  # PATH is extended for a child; XDG_CACHE_HOME is PATCHSET_CACHE's default
+    # set by verify for its own pytest plugin in the child (builder/prove/data), never read from the user
+    not_ours.add("PATCHSET_PYTEST_RECORD")
     assert read - not_ours - listed == set()
 
 

@@ -27,6 +27,7 @@ from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
 from builder.pipeline import build_dir, run_build
 from builder.project import Project, load_project
+from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series
 from builder.upstream.pin import load_pin
 
@@ -163,37 +164,41 @@ def opt_model(real_project: Project, tmp_path_factory: pytest.TempPathFactory) -
     return out / "llama-dense.gguf"
 
 
-def _bindings_test(py: Path, test: Path, model: Path, cwd: Path, site: Path | None = None) -> tuple[int, str]:
-    """B1's test (`tests/test_llama_opt.py` of the bindings) run with the venv's pytest from an empty folder;
-    `site`: a folder put first on the path (the installed package with other bindings files)."""
+def _bindings_test(py: Path, test: Path, model: Path, cwd: Path) -> tuple[int, str]:
+    """B1's test (`tests/test_llama_opt.py` of the bindings) run with the venv's pytest from an empty folder."""
     shutil.copyfile(test, cwd / test.name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["LLAMA_CPP_TEST_OPT_MODEL"] = str(model)
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
     # the aborted epoch (the abort callback stops its first step: quick even at -O0)
     r = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "aborted", test.name],
                        cwd=cwd, capture_output=True, text=True, env=env, check=False, timeout=900)
     return r.returncode, r.stdout + r.stderr
 
 
-def test_b1_llama_opt_epoch_returns_aborted_through_the_wheel_and_not_without_b1(
-        venv: Path, built: WheelResult, opt_model: Path, project: Project, tmp_path: Path) -> None:
+def test_b1_returns_aborted_through_the_installed_wheel_and_is_proven_by_verify(
+        venv: Path, built: WheelResult, opt_model: Path, project: Project, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     test = built.prepared.source_dir / "tests" / "test_llama_opt.py"
     (tmp_path / "after").mkdir()
     rc, out = _bindings_test(venv, test, opt_model, tmp_path / "after")
     assert rc == 0 and "1 passed" in out, out
-    # before B1: the same built library (B1 changes Python only), the bindings' own llama_cpp.py
-    site = tmp_path / "before-site"
-    installed = Path(_run(venv, "import json, llama_cpp; print(json.dumps(llama_cpp.__file__))", tmp_path)).parent
-    shutil.copytree(installed, site / "llama_cpp")
-    bwork = project.series("bindings").work_repo
-    (site / "llama_cpp" / "llama_cpp.py").write_text(subprocess.run(
-        ["git", "-C", str(bwork), "show", "upstream:llama_cpp/llama_cpp.py"], capture_output=True, text=True,
-        check=True).stdout)
-    (tmp_path / "before").mkdir()
-    rc, out = _bindings_test(venv, test, opt_model, tmp_path / "before", site)
-    assert rc != 0 and "1 failed" in out, out
+    # B1 proven by verify, its python test on the bindings' before and after trees against the library this
+    # wheel build left in its staged project (B1 changes Python only: nothing is compiled again)
+    monkeypatch.setenv("PATCHSET_PYTHON", str(venv))
+    monkeypatch.setenv("LLAMA_CPP_TEST_OPT_MODEL", str(opt_model))
+    start = time.monotonic()
+    [v] = verify(project.series("bindings"), backends=["cpu"], reuse=False).verdicts
+    print(f"\nverify --series bindings: {time.monotonic() - start:.0f} s")
+    assert v.outcome == PROVEN, v.reason
+    assert v.evidence_json is not None
+    steps = {s["tree"]: s for s in json.loads(v.evidence_json.read_text())["steps"]}
+    assert (steps["before"]["verdict"], steps["after"]["verdict"]) == ("fails", "passes")
+    lib = built.prepared.source_dir / "llama_cpp" / "lib"
+    assert all(str(lib) in s["build_command"] for s in steps.values())
+    assert (steps["after"]["tests"][0]["passed"], steps["before"]["tests"][0]["passed"]) == (2, 0)
+    # without B1 the status is lost (None), not a name missing from the bindings
+    assert any("returned None, not a ggml_status" in line for line in steps["before"]["tests"][0]["failing"]), \
+        steps["before"]
 
 
 ACC_CODE = """\

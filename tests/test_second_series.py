@@ -54,15 +54,16 @@ Patchset-Not-In-CI: python tests/test_readme.py: a synthetic test
 """
 
 
-def _add_bindings_series(p: Proj, archive: Path, patches: list[tuple[dict[str, str | bytes | None], str]]) -> Path:
+def _add_bindings_series(p: Proj, archive: Path, patches: list[tuple[dict[str, str | bytes | None], str]],
+                         package_files: dict[str, str] | None = None) -> Path:
     """patches-bindings/ and upstream/bindings.toml on the sdist's package files (vendor/llama.cpp left
     out): the bindings' upstream is a git repository holding those files and one more, pinned by the
     sdist with the tree id of its import. Returns the bindings' upstream repository."""
     base = p.root.parent / "bindings-up"
     src = base / "src"
     git(p.root.parent, "init", "--quiet", str(src))
-    files = {**SDIST_TOP, "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
-             "setup.py": "# not upstream\n"}
+    files = {**(SDIST_TOP if package_files is None else package_files),
+             "PKG-INFO": "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n", "setup.py": "# not upstream\n"}
     commit(src, dict(files), "bindings 1.2.3\n", author=("Bindings Dev", "dev@bindings.invalid",
                                                         "2023-12-01T00:00:00+00:00"))
     # the sdist leaves out a file of the git tree (as the real one leaves out the submodule link): its
@@ -159,10 +160,10 @@ def test_an_unknown_series_is_one_line_and_exit_2(two: tuple[Proj, Path], capsys
     assert "no series 'nope'" in err and "patches-nope/series" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(InputError, match="not a series name"):
         load_project(root=p.root, series="../x")
-    # a command that works on llama.cpp's tree only (build, verify, export to llama.cpp's rules, ...) refuses it
-    assert _cli(p, "--series", "bindings", "export") == 2
+    # a command that works on llama.cpp's tree only (build, test, rebase, ...) refuses it
+    assert _cli(p, "--series", "bindings", "build") == 2
     err = capsys.readouterr().err
-    assert "patchset export does not take --series" in err and len(err.strip().splitlines()) == 1
+    assert "patchset build does not take --series" in err and len(err.strip().splitlines()) == 1
 
 
 def test_an_sdist_pin_leaves_the_excluded_folder_out_and_round_trips(two: tuple[Proj, Path], tmp_path: Path) -> None:

@@ -111,12 +111,14 @@ RENAME_H = STATUS_H.replace("llama_n_threads(struct llama_context * ctx)",
                             "llama_n_threads(struct llama_context * lctx)")
 
 
-def _project(tmp_path: Path, cache_dir: Path, patches: list | None = None) -> tuple[Proj, Path]:
+def _project(tmp_path: Path, cache_dir: Path, patches: list | None = None,
+             package_files: dict[str, str] | None = None) -> tuple[Proj, Path]:
     up = make_upstream(tmp_path)
     up.commit = up.advance({"include/llama.h": LLAMA_H}, "llama.h\n")
     up.tree = up.tree_of(up.commit)
     archive = make_sdist(tmp_path / "dl" / "llama_cpp_python-1.2.3.tar.gz", {"include/llama.h": LLAMA_H},
-                         top="llama_cpp_python-1.2.3", subdir="vendor/llama.cpp", package_files=SDIST_TOP)
+                         top="llama_cpp_python-1.2.3", subdir="vendor/llama.cpp",
+                         package_files=SDIST_TOP if package_files is None else package_files)
     sources = [{"kind": "git", "url": up.url},
                {"kind": "sdist", "url": archive.as_uri(), "sha256": sha256(archive), "subdir": "vendor/llama.cpp"}]
     series = patches if patches is not None else [

@@ -82,7 +82,12 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
 
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)
-    result = export(project, opts)
+    if project.series_name:
+        from builder.deliver.export_bindings import export_bindings  # noqa: PLC0415
+
+        result = export_bindings(project, opts)
+    else:
+        result = export(project, opts)
     print_result(result, args.full)
     jsonout.emit(args, "export", {**jsonout.plain(result), "ok": result.ok})
     return Outcome.OK if result.ok else Outcome.FAILED

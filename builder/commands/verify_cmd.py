@@ -94,6 +94,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         # alone it used to regenerate the file silently, where a reader expects a verify run
         raise InputError("--markdown needs --report: `patchset verify --report --markdown [FILE]` regenerates "
                          "the table of FILE (default docs/backends.md); it verifies nothing")
+    if args.markdown and project.series_name:
+        raise InputError("--markdown regenerates docs/backends.md, the main series' table; it takes no --series")
     if args.markdown:
         target = args.markdown if args.markdown.is_absolute() else project.root / args.markdown
         changed = backends_doc.write(load_series(project.patches_dir), project.root / "docs" / "evidence", target)
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.report:
         rows = report_table(project)
         jsonout.emit(args, "verify-recorded", {"patches": [{"patch": name, "outcomes": cells} for name, cells in rows]})
-        table = Table("patch", *PROFILES, title="recorded verify outcomes (.patchset/evidence)")
+        table = Table("patch", *PROFILES, title=f"recorded verify outcomes ({project.evidence_dir.name})")
         for name, cells in rows:
             table.add_row(name, *[f"[{_style(cells[b])}]{cells[b]}[/]" if b in cells else "-" for b in PROFILES])
         console.print(table)

@@ -18,6 +18,7 @@ from builder.build.cmakebuild import PROFILES
 from builder.deliver import clean
 from builder.prove import cases as case_table
 from builder.prove import evidence as ev
+from builder.prove import pytests
 from builder.series.model import Finding, Patch, Series, TestSpec
 
 NAMES = {"cpu": "CPU", "cuda": "CUDA", "metal": "Metal"}
@@ -71,7 +72,12 @@ def load(evidence_dir: Path, patch: Patch, backend: str, after_tree: str) -> Bac
 
 
 def commands(tests: list[TestSpec], backend: str) -> list[str]:
-    """The commands that reproduce the tests on `backend` in a checkout of upstream."""
+    """The commands that reproduce the tests on `backend` in a checkout of upstream (of the bindings, for
+    `python` tests: the package built with its vendored llama.cpp, then pytest)."""
+    python = [t for t in tests if pytests.is_python(t)]
+    if python:
+        return ["python -m pip install -e .  # builds vendor/llama.cpp into llama_cpp/lib",
+                *[" ".join(["python -m pytest", *t.args]) for t in python]]
     prof = PROFILES[backend]
     programs = list(dict.fromkeys(t.program for t in tests))
     out = [" ".join(["cmake -B build -DCMAKE_BUILD_TYPE=Release", *prof.cmake_args]),

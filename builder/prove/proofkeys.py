@@ -3,13 +3,14 @@ programs were built from (for carrying a proof over to later trees that differ e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from builder.build import cmakebuild as buildmod
 from builder.fsutil import sha256_file
 from builder.project import Project
-from builder.prove import affected
+from builder.prove import affected, pytests
 from builder.prove import evidence as ev
 from builder.prove.trees import Trees
 from builder.series.model import Patch, TestSpec
@@ -19,10 +20,13 @@ from builder.series.workrepo import WorkRepo
 class ProofKeys:
     """Keys and dependency records of proofs, from the trees in `work` and what builds read (`inputs`)."""
 
-    def __init__(self, project: Project, work: WorkRepo, inputs: dict[str, tuple[str, ...] | None]) -> None:
+    def __init__(self, project: Project, work: WorkRepo, inputs: dict[str, tuple[str, ...] | None], *,
+                 library: Callable[[str], str] | None = None) -> None:
         self.project = project
         self.work = work
         self.inputs = inputs
+        self.library = library
+        """The tree of the built library a backend's Python tests run against (pytests.Library)."""
         """TreeBuilder.inputs: per commit built, the files its test programs were built from."""
         self._blobs: dict[str, dict[str, str]] = {}
         self._host: dict | None = None
@@ -30,8 +34,11 @@ class ProofKeys:
     def key(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec]) -> str:
         """The evidence's key: the patch's trees and everything else its proof depends on."""
         git = self.work.git
+        # a Python test's proof is about the library it ran against too (absent otherwise: keys stay the same)
+        library = {"library": self.library(backend)} if self.library and any(
+            pytests.is_python(t) for t in tests) else {}
         return affected.static_digest({
-            **self.inputs_of(patch, backend, tests), "compiler": self.compiler(),
+            **self.inputs_of(patch, backend, tests), **library, "compiler": self.compiler(),
             "before": git.tree_of(trees.before), "after": git.tree_of(trees.after),
             "mutation": [git.tree_of(m) for m in trees.mutations] or None,
         })

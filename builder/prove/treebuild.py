@@ -15,10 +15,11 @@ from pathlib import Path
 from builder.build import cmakebuild as buildmod
 from builder.build import testrun
 from builder.build.toolchain import find_tool
+from builder.errors import InputError
 from builder.pipeline import programs_for
 from builder.progress import ProgressSink
 from builder.project import Project
-from builder.prove import affected
+from builder.prove import affected, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.trees import Trees, checkout_detached
@@ -58,7 +59,7 @@ class TreeBuilder:
         self.cuda_arch = cuda_arch
         self.timeout = timeout
         """The limit of each test program unless run_tree is given one."""
-        self.src = project.state_dir / "verify" / "src"
+        self.src = project.verify_dir / "src"
         self._checked_out: str | None = None
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
@@ -70,6 +71,7 @@ class TreeBuilder:
         self.last_results: list[testrun.ProgramResult] = []
         """What each test program of the last tree run printed, case by case (one per test, in order)."""
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
+        self._libraries: dict[str, pytests.Library] = {}
 
     def checkout(self, commit: str) -> None:
         if self._checked_out != commit:
@@ -89,9 +91,15 @@ class TreeBuilder:
 
         `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
         over to a later tree; a tree with one hunk reverted is never carried over)."""
+        self.last_results = []
+        python = [t for t in tests if pytests.is_python(t)]
+        if python:
+            if len(python) != len(tests):
+                raise InputError(f"{patch.name}: declares Python tests and test programs together; a patch of a "
+                                 "Python package tests with `python FILE`, one of llama.cpp with programs")
+            return self._run_python(kind, commit, patch, backend, tests, timeout, record_inputs=record_inputs)
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
-        self.last_results = []
         reuse = self._is_work_tree(commit)
         if not reuse:
             self.checkout(commit)
@@ -132,7 +140,7 @@ class TreeBuilder:
             return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
-        log_dir = self.project.state_dir / "verify" / "logs" / patch.name.removesuffix(".patch") / backend
+        log_dir = self._log_dir(patch, backend)
         for i, t in enumerate(tests, 1):
             inv = invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
@@ -140,13 +148,48 @@ class TreeBuilder:
                                     timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
             self.last_results.append(r)
-            runs.append({"command": inv.command, "returncode": r.returncode,
-                         "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
-                         "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
-                         "failing": r.failing_lines()[:50], "notes": list(r.notes),
-                         "trace": str(r.trace) if r.trace else None})
+            runs.append(_run_record(inv, r))
         verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
         return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
+
+    def _log_dir(self, patch: Patch, backend: str) -> Path:
+        return self.project.verify_dir / "logs" / patch.name.removesuffix(".patch") / backend
+
+    def library(self, backend: str) -> pytests.Library:
+        """The built library the Python tests of this run use (found once per backend)."""
+        if backend not in self._libraries:
+            self._libraries[backend] = pytests.find_library(self.project, backend)
+        return self._libraries[backend]
+
+    def _run_python(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
+                    timeout: Limits, *, record_inputs: bool) -> ev.Step:
+        """A tree of a Python package: checked out (never the user's work tree: the library is linked
+        into it), nothing compiled, every test run against the one built library (pytests)."""
+        lib = self.library(backend)
+        self.checkout(commit)
+        pytests.place_library(self.src, lib)
+        if record_inputs:
+            # which files a Python test read is not recorded: such a proof is never carried over to
+            # another tree (equal trees still reuse it)
+            self.inputs[commit] = None
+        self.last_build = None
+        command = f"nothing to build: the library {lib.describe()}"
+        runs = []
+        for i, t in enumerate(tests, 1):
+            inv = testrun.Invocation(t.program, t.args)
+            self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.command}", None)
+            r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
+                            self.timeout if timeout is None else limit_of(timeout, inv.command))
+            self.progress.end()
+            self.last_results.append(r)
+            runs.append(_run_record(inv, r))
+        tree_id = self.work.git.tree_of(commit)
+        missing = pytests.does_not_load(self.last_results)
+        if missing:
+            return ev.Step(kind, commit, tree_id, False, command, 0.0, tuple(missing[:20]), True, tests=tuple(runs),
+                           verdict="build-fails")
+        verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
+        return ev.Step(kind, commit, tree_id, True, command, 0.0, tests=tuple(runs), verdict=verdict)
 
     def _shared_programs(self, commit: str, own: tuple[str, ...]) -> tuple[str, ...]:
         """Test programs a later job needs whose source is the same in this tree.
@@ -189,6 +232,15 @@ class TreeBuilder:
         # the compiler of a minimal build sees the tree through the folder's link
         seen = build_dir / buildmod.TREE_LINK
         return hk.CompileDb.read(find_tool("ninja").path, build_dir, seen if seen.is_symlink() else src)
+
+
+def _run_record(inv: testrun.Invocation, r: testrun.ProgramResult) -> dict:
+    """One test command's run as the evidence records it."""
+    return {"command": inv.command, "returncode": r.returncode,
+            "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
+            "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
+            "failing": r.failing_lines()[:50], "notes": list(r.notes),
+            "trace": str(r.trace) if r.trace else None}
 
 
 def _compiler_errors(log: Path, src: Path, build_dir: Path) -> list[str]:

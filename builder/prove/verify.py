@@ -26,7 +26,7 @@ from builder.build import testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.prove import affected, cases
+from builder.prove import affected, cases, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -165,7 +165,8 @@ class Verifier:
         self.builder = TreeBuilder(project, self.work, self.series, self.progress, jobs=jobs, cuda_arch=cuda_arch,
                                    timeout=timeout)
         self.hunk_runner = HunkRunner(self.builder, self.progress)
-        self.keys = ProofKeys(project, self.work, self.builder.inputs)
+        self.keys = ProofKeys(project, self.work, self.builder.inputs,
+                              library=lambda backend: self.builder.library(backend).tree)
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
 
@@ -273,11 +274,15 @@ class Verifier:
         after = self.builder.run_tree("after", trees.after, patch, backend, tests)
         after_runs = list(self.builder.last_results)
         steps.append(after)
+        python = any(pytests.is_python(t) for t in tests)
         if not after.build_ok:
+            if python:
+                return BUILD_FAILED, f"with the fix the test does not load ({_first(after.build_errors)})"
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
         if after.verdict != "passes":
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
-        if self.hunks:
+        if self.hunks and not python:
+            # (a Python patch's hunks are not reverted one by one: --hunks reads a C/C++ compile database)
             # the reverted trees are each one hunk away from the after tree just built
             # a reverted hunk can make a test hang (a missing return is undefined behaviour): each test
             # gets a generous multiple of its own time on the after tree, and a hang counts as caught
@@ -295,6 +300,11 @@ class Verifier:
         if before.verdict == "build-failed":
             return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
         if before.verdict == "build-fails" and meta.before != "build-fails":
+            if python:
+                return BUILD_FAILED, (f"without the fix the test does not load ({_first(before.build_errors)}): a "
+                                      "name the tree lacks is not a test of behaviour; make the test fail on what "
+                                      "the fix changes, or, if it tests API the patch adds, say "
+                                      "`Patchset-Before: build-fails`")
             return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
                                   "patch adds, say `Patchset-Before: build-fails`")
         if before.verdict == "passes":
@@ -302,7 +312,8 @@ class Verifier:
         if before.verdict == "nothing checked":
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
         if before.verdict == "build-fails":
-            how = "the test fails to compile in its test files only"
+            how = (f"the test does not load, as the patch declares ({_first(before.build_errors)})" if python
+                   else "the test fails to compile in its test files only")
         else:
             rows, parent_note = self._case_table(patch, trees, backend, tests, before_runs, after_runs, steps)
             case_rows += [r.as_dict() for r in cases.recorded(rows)]
@@ -331,12 +342,12 @@ class Verifier:
         git = self.work.git
         changed = set(git.out("diff", "--name-only", trees.parent, trees.before).split()) \
             if trees.before != trees.parent else set()
-        new = {t.program for t in tests if git.blob(trees.parent, f"tests/{t.program}.cpp") is None}
+        new = {str(t) for t in tests if git.blob(trees.parent, pytests.test_file(t)) is None}
         # a program whose source the patch leaves alone prints the same cases on the parent tree,
         # unless the test part changes something else it may include (a header of tests/)
-        touched = [t for t in tests if t.program not in new and changed and (
-            f"tests/{t.program}.cpp" in changed or any(not (c.startswith("tests/") and c.endswith(".cpp"))
-                                                       for c in changed))]
+        touched = [t for t in tests if str(t) not in new and changed and (
+            pytests.test_file(t) in changed or any(not (c.startswith("tests/") and c.endswith(".cpp"))
+                                                   for c in changed))]
         parent: dict[str, testrun.ProgramResult] = {}
         note = ""
         if touched:
@@ -349,9 +360,13 @@ class Verifier:
         rows: list[cases.Case] = []
         for t, b, a in zip(tests, before_runs, after_runs, strict=True):
             command = " ".join([b.program, *b.args])
-            rows += cases.table(command, b, a, parent.get(str(t)), patch.meta.guards, new_program=t.program in new)
+            rows += cases.table(command, b, a, parent.get(str(t)), patch.meta.guards, new_program=str(t) in new)
         return rows, note
 
+
+
+def _first(lines: tuple[str, ...]) -> str:
+    return lines[0] + (f"; and {len(lines) - 1} more" if len(lines) > 1 else "") if lines else "no detail"
 
 
 def _names(rows: list[cases.Case], limit: int = 3) -> str:

@@ -25,9 +25,9 @@ class ProofKeys:
         self.project = project
         self.work = work
         self.inputs = inputs
+        """TreeBuilder.inputs: per commit built, the files its test programs were built from."""
         self.library = library
         """The tree of the built library a backend's Python tests run against (pytests.Library)."""
-        """TreeBuilder.inputs: per commit built, the files its test programs were built from."""
         self._blobs: dict[str, dict[str, str]] = {}
         self._host: dict | None = None
 

@@ -70,6 +70,13 @@ LONGEST_FIRST = ("test_integration_build.py", "test_integration_wheel.py")
 AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstream.py")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): a worker more than the cores. A worker waits on git, pipes and the
+    programs it starts a fifth of its time; a third on 2 cores keeps them busy (the fast tier 227 -> 193 s)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     rank |= {name: len(LONGEST_FIRST) + 1 + i for i, name in enumerate(AFTER_THE_BUILDS)}

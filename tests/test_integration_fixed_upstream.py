@@ -129,11 +129,13 @@ def test_upstream_fixing_our_bugs_its_own_way_and_merging_patch_2(
     assert got["0002"][1] == FIXED, rows["0002"]["fixed_upstream"]
     assert "Patchset-Before: build-fails" in rows["0002"]["fixed_upstream"]["evidence"]
     # patch 3: its test part (test-opt's cases, public API only) on upstream's fix; the control is the old pin with
-    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass). The text: patch 2
-    # conflicts (upstream changed its lines since), patch 3 depends on it
+    # patch 2, where every adamw case below failed (test-opt crashes there before its sgd pass in most runs). The
+    # text: patch 2 conflicts (upstream changed its lines since), patch 3 depends on it
     assert got["0003"][1] == PARTLY_FIXED, rows["0003"]["fixed_upstream"]
     assert got["0003"][2] == ALLOC_FAILED_CONTRACT
-    assert sorted(got["0003"][3]) == sorted(FIXED_ANOTHER_WAY)
+    fixed = set(got["0003"][3])
+    assert set(FIXED_ANOTHER_WAY) <= fixed, got["0003"][3]
+    assert fixed - set(FIXED_ANOTHER_WAY) <= set(AFTER_THE_FREED_SCHEDULER), got["0003"][3]
     assert "merged_as" not in rows["0003"]
     assert (got["0002"][0], got["0003"][0]) == ("conflict", "depends")
     # patch 1's proof names metal-replay, so its test runs on the replay here; upstream did not touch the
@@ -190,6 +192,12 @@ OPT = "test-opt test_{}(high_level=no, subtest={}, optimizer={})"
 FIXED_ANOTHER_WAY = [OPT.format("sched_other_graph", "step_after_other_graph", "adamw"),
                      OPT.format("sched_other_graph", "step_after_failed_reserve", "adamw"),
                      OPT.format("free_shared_sched_static", "interleaved", "adamw")]
-# the sgd case never runs on the old pin (test-opt crashes in free_while_allocated, adamw, before the sgd pass): it
-# fails on the new upstream, so it is left of the patch too
+# On the old pin, free_while_allocated (adamw) uses the freed scheduler of B: it crashes there in most runs, and
+# the sgd pass never runs; where the freed memory still holds, it fails instead and the sgd pass runs (seen in CI
+# rehearsals). These are then seen failing in the control too, and fixed here: named only in such a run.
+AFTER_THE_FREED_SCHEDULER = [OPT.format("free_shared_sched_static", "free_while_allocated", "adamw"),
+                             *(OPT.format("free_shared_sched_static", t, "sgd")
+                               for t in ("interleaved", "free_while_allocated"))]
+# the contract's sgd case fails on the new upstream in every run (on the old pin it runs only where the adamw
+# free_while_allocated does not crash), so it is left of the patch too
 ALLOC_FAILED_CONTRACT = [OPT.format("free_shared_sched_static", "eval_after_other_alloc", o) for o in ("adamw", "sgd")]

@@ -37,6 +37,17 @@ target_compile_options(patchset-metal-linux PRIVATE
     $<$<COMPILE_LANGUAGE:OBJC>:-fobjc-runtime=gnustep-2.0 -fblocks -fconstant-string-class=NSConstantString
         -fexceptions -fobjc-exceptions -fno-objc-arc -DGNUSTEP -DGNUSTEP_BASE_LIBRARY=1 -DGNUSTEP_RUNTIME=1
         -D_NONFRAGILE_ABI=1 -D_NATIVE_OBJC_EXCEPTIONS -pthread>)
+# the kernel sources beside the programs, in the layout of the tree's own build without an embedded or compiled
+# library (ggml-metal/CMakeLists.txt): its library loader compiles bin/kernels/*.metal ("falling back to cwd"; the
+# test programs run in bin/), and our stand-in's compile reads the kernel names from them. re-copied when they change
+file(MAKE_DIRECTORY ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/kernels)
+configure_file(${PATCHSET_SOURCE}/ggml/src/ggml-common.h ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/ggml-common.h COPYONLY)
+configure_file(${patchset_metal_dir}/ggml-metal-impl.h ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/ggml-metal-impl.h COPYONLY)
+file(GLOB patchset_metal_kernel_files ${patchset_metal_dir}/kernels/*)
+foreach(f IN LISTS patchset_metal_kernel_files)
+    get_filename_component(n ${f} NAME)
+    configure_file(${f} ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/kernels/${n} COPYONLY)
+endforeach()
 # ggml-metal.cpp gets <memory> through an Objective-C header on Apple platforms
 set_source_files_properties(${patchset_metal_dir}/ggml-metal.cpp PROPERTIES COMPILE_OPTIONS "-include;memory")
 # the tree's answer of which ops the device supports, narrowed to the ops whose kernels have a CPU model (glue.cpp)

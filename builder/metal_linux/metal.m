@@ -428,8 +428,10 @@ static NSArray<NSString *> * ps_kernel_names(NSString * source) {
 /* all host memory is resident */
 - (void)requestResidency {}
 - (void)endResidency {}
-- (void)addAllocation:(id<MTLAllocation>)a { if (![allocs containsObject:a]) { [allocs addObject:a]; } }
-- (void)removeAllocation:(id<MTLAllocation>)a { [allocs removeObject:a]; }
+/* a nil allocation (the tree adds the nil Metal buffer of a zero-size mapping) is ignored: the parameter is nonnull in
+   MTLResidencySet.h and Apple documents no error for it; Metal's own set is not an NSArray that raises */
+- (void)addAllocation:(id<MTLAllocation>)a { if (a != nil && ![allocs containsObject:a]) { [allocs addObject:a]; } }
+- (void)removeAllocation:(id<MTLAllocation>)a { if (a != nil) { [allocs removeObject:a]; } }
 - (void)removeAllAllocations { [allocs removeAllObjects]; }
 - (BOOL)containsAllocation:(id<MTLAllocation>)a { return [allocs containsObject:a]; }
 - (void)commit {}

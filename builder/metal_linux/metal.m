@@ -945,7 +945,17 @@ static void * ps_queue_main(void * p);
         [order removeObjectAtIndex:0];
         pthread_mutex_unlock(&lock);
         [cb execute];
+        /* the command buffer may hold the last reference to this queue: then this thread is its last owner, and
+           the queue ends here instead of joining its own thread */
+        [self retain];
         [cb release];
+        if ([self retainCount] == 1) {
+            pthread_detach(thread);
+            has_thread = NO;
+            [self release];
+            return;
+        }
+        [self release];
     }
 }
 - (void)dealloc {

@@ -100,6 +100,19 @@ int main(void) {
         [second waitUntilCompleted];
         check([ran isEqualToString:@"12"] && first.status == MTLCommandBufferStatusCompleted, "enqueue_order", ran);
 
+        /* a queue and a command buffer released while it runs: the queue's own thread ends up owning them last */
+        for (int i = 0; i < 20; ++i) {
+            @autoreleasepool {
+                id<MTLCommandQueue> q2 = [dev newCommandQueue];
+                id<MTLCommandBuffer> c2 = [q2 commandBuffer];
+                encode_fill(c2, ppl, other, 5.0f, 4);
+                [c2 commit];
+                [q2 release];
+            }
+        }
+        usleep(100000);
+        check(((float *) other.contents)[0] == 5.0f, "queue_released_while_running", nil);
+
         /* a residency set takes a nil allocation without raising, and clears the error */
         if (@available(macOS 15.0, *)) {
             MTLResidencySetDescriptor * desc = [[MTLResidencySetDescriptor alloc] init];

@@ -1,14 +1,14 @@
 """metal-linux: the tree's own Metal host code, Objective-C included, on patchset's Metal stand-in
-(builder/metal_linux, docs/backends.md). The Objective-C toolchain is built from the mirror folder
-(`../shared/third_party`, or $PATCHSET_OBJC_MIRROR) into the session's cache of the real pin: minutes
-cold, seconds when that cache is kept ($PATCHSET_TEST_CACHE). Then the stand-in's documented behaviour is
-checked by a program of ours, and `verify --backend metal-linux` proves patch 1 on the real pin and series:
-the tree's `ggml-metal-context.m` runs, crashes before the fix, passes after it, and the mutation is caught."""
+(builder/metal_linux, docs/backends.md). The Objective-C toolchain is the one .ci/run built before the
+tests ($PATCHSET_TEST_OBJC_CACHE), else built from the mirror folder (`../shared/third_party`, or
+$PATCHSET_OBJC_MIRROR) into the session's cache of the real pin (tests/conftest.py, objc_toolchain).
+Then the stand-in's documented behaviour is checked by a program of ours, and `verify --backend
+metal-linux` proves patch 1 on the real pin and series: the tree's `ggml-metal-context.m` runs,
+crashes before the fix, passes after it, and the mutation is caught."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -22,24 +22,19 @@ from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRRORS = [Path(p) for p in (os.environ.get("PATCHSET_OBJC_MIRROR"),) if p] + [
-    ROOT.parent / "shared" / "third_party", ROOT.parent.parent / "shared" / "third_party"]
-RECIPE = ot.load_recipe()
-MIRROR = next((m for m in MIRRORS if all((m / a.file).is_file() for a in RECIPE.archives)), None)
 DATA = Path(__file__).resolve().parent / "data" / "metal_linux"
 STANDIN = ROOT / "builder" / "metal_linux"
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(sys.platform != "linux" or MIRROR is None,
-                                 reason="no mirror of the Objective-C toolchain's archives"),
-              pytest.mark.skipif(bool(ot.missing_needs(RECIPE)),
-                                 reason=f"the toolchain's build needs the packages {' '.join(RECIPE.packages())}")]
+              pytest.mark.skipif(sys.platform != "linux" or shutil.which("clang") is None,
+                                 reason="metal-linux needs Linux and clang")]
 
 
 @pytest.fixture(scope="module")
-def toolchain(real_project: Project) -> Path:
-    assert MIRROR is not None
-    return ot.build(real_project.cache_dir, MIRROR, timeout=1800).prefix
+def toolchain(real_project: Project, objc_toolchain: Path) -> Path:
+    # the CLI's cache is the project's: the build finds the toolchain there
+    assert ot.find_built(real_project.cache_dir) == objc_toolchain
+    return objc_toolchain
 
 
 def test_the_standin_behaves_as_documented(toolchain: Path, tmp_path: Path) -> None:

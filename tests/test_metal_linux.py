@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import reuse_objc_toolchain
 
 from builder.build import cmakebuild
 from builder.build import objc_toolchain as ot
@@ -65,3 +66,20 @@ def test_the_evidence_depends_on_the_standin_and_the_shared_models() -> None:
     assert prof.device == "MTL0"  # the tree's own device name: its own registration runs
     assert "not on Apple hardware" in prof.note
     assert "test-metal-buffer-lookup" in (prof.programs or ())
+
+
+def test_the_suite_takes_the_toolchain_ci_built_and_never_builds_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # tests/conftest.py objc_toolchain with PATCHSET_TEST_OBJC_CACHE (.ci/run's cache): the session's cache names
+    # the toolchain built there, so the build and verify of metal-linux on that cache find it
+    ci_cache, session = tmp_path / "ci-cache", tmp_path / "session"
+    assert reuse_objc_toolchain(session, ci_cache) is None
+    assert not session.exists()  # nothing built, nothing made
+    built = _fake_built(ci_cache)
+    found = reuse_objc_toolchain(session, ci_cache)
+    assert found == ot.toolchain_dir(session, ot.load_recipe()) and found.resolve() == built.resolve()
+    assert ot.find_built(session) == found
+    monkeypatch.setenv("PATCHSET_CACHE", str(session))
+    assert ot.require_built() == found
+    assert reuse_objc_toolchain(session, ci_cache) == found  # a second session on a kept cache
+    assert reuse_objc_toolchain(ci_cache, ci_cache) == built  # one cache for both (linux-cpu.yml)

@@ -15,10 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, copied_project, copied_upstream, copy_real_project, make_project, make_upstream
+from helpers import (
+    Proj,
+    Upstream,
+    copied_project,
+    copied_upstream,
+    copy_real_project,
+    make_project,
+    make_upstream,
+    objc_mirror,
+    reuse_objc_toolchain,
+)
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
 from builder import console
+from builder.build import objc_toolchain as ot
 from builder.project import Project
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
@@ -240,3 +251,30 @@ def real_project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory)
     applied. Each module still runs alone: the first test that needs a build or a verify makes it.
     """
     return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
+
+
+@pytest.fixture(scope="session")
+def objc_toolchain(real_pin_cache: Path) -> Path:
+    """metal-linux's Objective-C toolchain (`patchset toolchain objc`), in the real pin's cache where the
+    commands of the tests that use that cache find it; its prefix.
+
+    Where .ci/run or linux-cpu.yml built it before the tests, PATCHSET_TEST_OBJC_CACHE names the patchset
+    cache that holds it: it is linked into the session's cache, never built here (a cold build takes minutes
+    of the suite's time), and a cache without it fails the test. Without that variable it is built from the
+    mirror folder into the session's cache (kept with PATCHSET_TEST_CACHE), as a developer's pytest run
+    alone does; skipped without a mirror or the packages its build needs.
+    """
+    recipe = ot.load_recipe()
+    if given := os.environ.get("PATCHSET_TEST_OBJC_CACHE"):
+        found = reuse_objc_toolchain(real_pin_cache, Path(given))
+        if found is None:
+            pytest.fail(f"PATCHSET_TEST_OBJC_CACHE={given}: no Objective-C toolchain built there "
+                        f"(`PATCHSET_CACHE={given} patchset toolchain objc --mirror DIR` builds it)")
+        return found
+    mirror = objc_mirror([a.file for a in recipe.archives])
+    if mirror is None:
+        pytest.skip("no mirror of the Objective-C toolchain's archives ($PATCHSET_OBJC_MIRROR, ../shared/third_party)"
+                    " and no PATCHSET_TEST_OBJC_CACHE")
+    if ot.missing_needs(recipe):
+        pytest.skip(f"the Objective-C toolchain's build needs the packages {' '.join(recipe.packages())}")
+    return ot.build(real_pin_cache, mirror, recipe=recipe, timeout=1800).prefix

@@ -12,7 +12,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import metalcheck
+from builder.build import metalcheck, objc_toolchain
 from builder.errors import BuildError
 from builder.gitrepo import GitRepo, init_repo
 from builder.project import Project, load_project
@@ -437,6 +437,36 @@ def copy_real_project(root: Path, cache: Path) -> Project:
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
     return load_project(root=root, pin_file=root / "upstream" / "llama.cpp.toml", state_dir=root / ".patchset",
                         cache_dir=cache)
+
+
+def objc_mirror(files: list[str]) -> Path | None:
+    """The mirror folder of the Objective-C toolchain's archives that holds `files`: $PATCHSET_OBJC_MIRROR, or
+    `shared/third_party` beside the checkout (a clean clone sits next to `shared/`) or beside its parent (a
+    worktree); None when none holds them all."""
+    given = [Path(p) for p in (os.environ.get("PATCHSET_OBJC_MIRROR"),) if p]
+    for m in [*given, REPO_ROOT.parent / "shared" / "third_party", REPO_ROOT.parent.parent / "shared" / "third_party"]:
+        if all((m / f).is_file() for f in files):
+            return m
+    return None
+
+
+def reuse_objc_toolchain(cache: Path, built_in: Path) -> Path | None:
+    """The Objective-C toolchain built in the patchset cache `built_in`, named in `cache` too (a link where
+    `patchset`'s commands on `cache` find it; the prefix stays the path it was built for, which GNUstep bakes
+    in), never built here: the path in `cache`, or None when `built_in` holds no built toolchain."""
+    recipe = objc_toolchain.load_recipe()
+    built = objc_toolchain.find_built(built_in, recipe)
+    if built is None:
+        return None
+    link = objc_toolchain.toolchain_dir(cache, recipe)
+    if link == built:
+        return link
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.link-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(built, target_is_directory=True)
+    tmp.replace(link)
+    return link
 
 
 def objc_toolchain_found() -> bool:

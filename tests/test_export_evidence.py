@@ -11,6 +11,7 @@ from helpers import pin_toml
 from test_export import AUTHOR, BUG_FORM, PR_TEMPLATE
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation, program_source
 
+from builder.build.cmakebuild import PROFILES
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.deliver.export import ExportOptions, export
@@ -201,3 +202,16 @@ def test_evidence_of_another_version_is_not_used(verified: object) -> None:
     pr = (pkg.directory / "PR.md").read_text()
     assert "not run on CPU for this version of the patch" in pr
     assert "add(want=5): FAIL" not in pr
+
+
+def test_every_harness_backend_is_a_stand_in_with_its_own_note() -> None:
+    """A backend built from patchset's harness (metal-replay, metal-linux) is one upstream cannot run: export's
+    reproducer gives the real backend's commands for it, and says which stand-in the output is from."""
+    harness = {name for name, prof in PROFILES.items() if prof.harness}
+    assert harness == {"metal-replay", "metal-linux"} and harness <= set(facts.STAND_IN_FOR)
+    assert facts.stand_in_note("metal-replay", "metal") == (
+        "the failing output below is from patchset's host-side replay of the Metal backend on CPU (metal-replay), "
+        "not from Metal hardware")
+    assert facts.stand_in_note("metal-linux", "metal") == (
+        "the failing output below is from the tree's own Metal host code run on patchset's Metal stand-in on Linux "
+        "(metal-linux), not from Metal hardware")

@@ -1,7 +1,9 @@
 """`patchset toolchain objc --only libobjc2` from the mirror folder (`../shared/third_party`, or
 $PATCHSET_OBJC_MIRROR): libobjc2 alone builds into the cache, a program with a root class, object
 subscripting and a block compiled for clang's gnustep-2.0 runtime runs on it, and a second run
-reuses the toolchain. Needs the apt packages the recipe names for libobjc2."""
+reuses the toolchain. Where .ci/run built the whole toolchain from the mirror before the tests
+($PATCHSET_TEST_OBJC_CACHE), its libobjc2 is the one run and reused, not built again. Needs the apt
+packages the recipe names for libobjc2."""
 
 from __future__ import annotations
 
@@ -10,15 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import objc_mirror
 
 from builder import proc
 from builder.build import objc_toolchain as ot
 
-ROOT = Path(__file__).resolve().parents[1]
-MIRRORS = [Path(p) for p in (os.environ.get("PATCHSET_OBJC_MIRROR"),) if p] + [
-    ROOT.parent / "shared" / "third_party", ROOT.parent.parent / "shared" / "third_party"]
-MIRROR = next((m for m in MIRRORS if (m / "libobjc2-ecef7f1.tar.gz").is_file()), None)
 RECIPE = ot.load_recipe().upto("libobjc2")
+MIRROR = objc_mirror([a.file for a in RECIPE.archives])
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(sys.platform != "linux" or MIRROR is None, reason="no mirror of the archives"),
@@ -56,13 +56,21 @@ int main(void) {
 
 def test_libobjc2_builds_from_the_mirror_and_runs_a_subscripting_program(tmp_path: Path) -> None:
     assert MIRROR is not None
-    built = ot.build(tmp_path / "cache", MIRROR, recipe=RECIPE, timeout=600)
-    assert not built.reused and (built.prefix / "lib" / "libobjc.so").exists()
+    cache, recipe = tmp_path / "cache", RECIPE
+    if given := os.environ.get("PATCHSET_TEST_OBJC_CACHE"):
+        cache, recipe = Path(given), ot.load_recipe()
+        prefix = ot.find_built(cache, recipe)  # never built here
+        assert prefix is not None, f"PATCHSET_TEST_OBJC_CACHE={given}: no Objective-C toolchain built there"
+    else:
+        built = ot.build(cache, MIRROR, recipe=recipe, timeout=600)
+        assert not built.reused
+        prefix = built.prefix
+    assert (prefix / "lib" / "libobjc.so").exists()
     src = tmp_path / "t.m"
     src.write_text(PROGRAM)
     exe = tmp_path / "t"
-    proc.run(["clang", "-fobjc-runtime=gnustep-2.0", "-fblocks", f"-I{built.prefix / 'include'}", str(src),
-              f"-L{built.prefix / 'lib'}", f"-Wl,-rpath,{built.prefix / 'lib'}", "-lobjc", "-o", str(exe)], timeout=120)
+    proc.run(["clang", "-fobjc-runtime=gnustep-2.0", "-fblocks", f"-I{prefix / 'include'}", str(src),
+              f"-L{prefix / 'lib'}", f"-Wl,-rpath,{prefix / 'lib'}", "-lobjc", "-o", str(exe)], timeout=120)
     assert proc.run([str(exe)], timeout=30).stdout == "subscripts 42\n"
-    again = ot.build(tmp_path / "cache", MIRROR, recipe=RECIPE)
-    assert again.reused and again.prefix == built.prefix and again.seconds < 5
+    again = ot.build(cache, MIRROR, recipe=recipe)
+    assert again.reused and again.prefix == prefix and again.seconds < 5

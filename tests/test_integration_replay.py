@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MUTATION = "mutations/metal-cpy-impl-one-block-per-row.patch"
-REPLAY_TEST = "Patchset-Test: [metal-replay] test-backend-ops test -o ACC,SET"
+REPLAY_TEST = ("test-backend-ops", ("test", "-o", "ACC,SET"))
 
 
 def acc_set_patch(patches_dir: Path) -> Patch:
@@ -51,7 +51,8 @@ def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> Non
     assert patch.name.startswith("0005-metal-fix-ACC-and-SET")
     assert patch.path.read_bytes() == (REPO_ROOT / "patches" / patch.name).read_bytes()
     assert "metal-replay" in patch.meta.backends
-    assert REPLAY_TEST in patch.path.read_text(encoding="utf-8").splitlines()
+    replay_tests = [(t.program, t.args) for t in patch.meta.tests if t.runs_on("metal-replay", patch.meta.backends)]
+    assert replay_tests == [REPLAY_TEST]
     assert MUTATION in patch.meta.mutation
     report = verify(project, [patch.name], ["metal-replay"], jobs=2)
     (v,) = report.verdicts

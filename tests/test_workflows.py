@@ -293,3 +293,21 @@ def test_linux_cpu_workflow_runs_what_ci_run_runs() -> None:
     assert _apt_packages(steps) == packages
     assert patchset_calls(steps) == patchset_calls(ci_run)
     assert ["check", "--strict"] in patchset_calls(ci_run) and ["refresh", "--check"] in patchset_calls(ci_run)
+
+
+def test_the_objc_toolchain_is_built_before_the_tests_which_take_it() -> None:
+    """.ci/run and linux-cpu.yml build metal-linux's Objective-C toolchain before `python -m pytest` and name
+    its cache to the tests (PATCHSET_TEST_OBJC_CACHE, tests/conftest.py): the suite never builds it (a cold
+    build takes minutes of its 15); .ci/run only where the mirror folder is, saying so in one line where not."""
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    toolchain, pytest_run = (re.search(rf"^ *{cmd}", ci_run, re.M)
+                             for cmd in ("patchset toolchain objc", "python -m pytest"))
+    assert toolchain and pytest_run and toolchain.start() < pytest_run.start()
+    assert "export PATCHSET_TEST_OBJC_CACHE" in ci_run
+    assert re.search(r'if \[ -d "\$objc_mirror" \]; then\n    patchset toolchain objc', ci_run)
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "linux-cpu.yml").read_text())
+    runs = [s.get("run", "") for s in doc["jobs"]["test"]["steps"]]
+    built = [i for i, r in enumerate(runs) if ["toolchain", "objc"] in [c[:2] for c in patchset_calls(r)]]
+    tests = [i for i, r in enumerate(runs) if "python -m pytest" in r]
+    assert built and tests and built[0] < tests[0]
+    assert doc["env"]["PATCHSET_TEST_OBJC_CACHE"] == doc["env"]["PATCHSET_CACHE"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build import llamacommon
+from builder.build import llamacommon, objc_toolchain
 from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
@@ -30,6 +30,7 @@ log = logging.getLogger("patchset")
 
 MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
 REPLAY_DIR = Path(__file__).parent.parent / "replay" / "cpp"
+METAL_LINUX_DIR = Path(__file__).parent.parent / "metal_linux"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
 TARGET_SETS = ("minimal", "full")
 TREE_LINK = "tree"
@@ -68,6 +69,17 @@ REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal 
                "the kernels it dispatches; shaders, the GPU's scheduling and memory model and the Objective-C code "
                "are not exercised (docs/backends.md)")
 
+METAL_LINUX_NOTE = ("the tree's own Metal host code (every ggml/src/ggml-metal/*.m and *.cpp, compiled unchanged with "
+                    "clang for the GNUstep runtime) run on patchset's Metal stand-in on this machine, not on Apple "
+                    "hardware: buffers are host memory and each compute dispatch runs a CPU model of its kernel; the "
+                    "shaders, the GPU's scheduling and memory model and its timing are not exercised "
+                    "(docs/backends.md)")
+
+
+def _harness(*dirs: Path) -> tuple[Path, ...]:
+    return tuple(sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if p.is_file()))
+
+
 PROFILES: dict[str, BackendProfile] = {
     "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
     "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
@@ -77,6 +89,10 @@ PROFILES: dict[str, BackendProfile] = {
         programs=("test-backend-ops",), target_sets=("minimal",),
         harness=tuple(sorted(p for p in REPLAY_DIR.iterdir() if p.is_file())) if REPLAY_DIR.is_dir() else (),
         selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
+    "metal-linux": BackendProfile(
+        "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
+        programs=("test-backend-ops", "test-metal-buffer-lookup"), target_sets=("minimal",),
+        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), note=METAL_LINUX_NOTE),
 }
 
 # The tree's CMake drops test-opt silently when either is on, and sanitizers change the timing
@@ -218,6 +234,13 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, *, llama: tuple
             *prof.cmake_args, *_TEST_SAFE]
     if spec.backend == "cuda":
         args.append(f"-DCMAKE_CUDA_ARCHITECTURES={spec.cuda_arch or 'native'}")
+    if spec.backend == "metal-linux":
+        clang = shutil.which("clang")
+        if clang is None:
+            raise InputError("the metal-linux backend compiles Objective-C with clang, not found on PATH "
+                             "(apt-get install clang)")
+        args += [f"-DPATCHSET_OBJC_TOOLCHAIN={objc_toolchain.require_built()}",
+                 f"-DCMAKE_OBJC_COMPILER={clang}"]
     if ccache:
         # set the launcher ourselves (and turn ggml's own detection off) so that our test
         # programs are cached too and the summary can count hits

@@ -29,6 +29,7 @@ from builder.errors import BuildError, InputError, SourceError
 from builder.fsutil import atomic_write_text, sha256_file
 from builder.locking import hold
 from builder.progress import NullProgress, ProgressSink
+from builder.project import default_cache_dir
 
 RECIPE_FILE = Path(__file__).parent / "data" / "objc_toolchain.json"
 DEFAULT_TIMEOUT_S = 3600.0
@@ -123,6 +124,15 @@ def find_built(cache_dir: Path, recipe: Recipe | None = None) -> Path | None:
     """The finished toolchain's prefix, or None when it has not been built (a half-built one never counts)."""
     d = toolchain_dir(cache_dir, recipe or load_recipe())
     return d if (d / MANIFEST).is_file() else None
+
+
+def require_built(cache_dir: Path | None = None) -> Path:
+    """The built toolchain's prefix (the default cache unless `cache_dir`), or a clear error saying how to build it."""
+    found = find_built(cache_dir or default_cache_dir())
+    if found is None:
+        raise InputError("the metal-linux backend needs the Objective-C toolchain, not built in this cache: run "
+                         "`patchset toolchain objc --mirror DIR` (DIR holding its archives; CI: ../shared/third_party)")
+    return found
 
 
 def _has_header(name: str) -> bool:

@@ -17,8 +17,10 @@ HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = proc.BUILD_TIMEOUT_HELP
     p.add_argument("--backend", choices=list(PROFILES), default="cpu",
-                   help="cpu, cuda, metal (on Linux: a compile check of the Metal C++ sources), or metal-replay "
-                        "(test-backend-ops with the host-side Metal replay, docs/backends.md)")
+                   help="cpu, cuda, metal (on Linux: a compile check of the Metal C++ sources), metal-replay "
+                        "(test-backend-ops with the host-side Metal replay), or metal-linux (the tree's Metal host "
+                        "code, Objective-C included, on patchset's Metal stand-in; needs `patchset toolchain objc`); "
+                        "docs/backends.md")
     p.add_argument("--targets", choices=TARGET_SETS, default="minimal",
                    help="minimal: ggml and the test programs only; full: the tree's own CMake project with its tests")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")

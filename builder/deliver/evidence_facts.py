@@ -22,9 +22,11 @@ from builder.prove import pytests
 from builder.series.model import Finding, Patch, Series, TestSpec
 
 NAMES = {"cpu": "CPU", "cuda": "CUDA", "metal": "Metal"}
-STAND_IN_FOR = {"metal-replay": "metal"}
+STAND_IN_FOR = {"metal-replay": "metal", "metal-linux": "metal"}
 """patchset's own stand-ins, and the backend each stands in for: upstream cannot run them (they are
 built from patchset's harness), so a reproducer names the real backend."""
+STAND_IN_RUN = {"metal-linux": "the tree's own {real} host code run on patchset's {real} stand-in on Linux"}
+"""What a run on a stand-in is, for the reproducer's note (`stand_in_note`); any other is a host-side replay."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,13 @@ class BackendEvidence:
 
 def display(backend: str) -> str:
     return NAMES.get(backend, backend)
+
+
+def stand_in_note(backend: str, real: str) -> str:
+    """The note under a reproducer whose failing output is from the stand-in `backend` of `real`."""
+    what = STAND_IN_RUN.get(backend, "patchset's host-side replay of the {real} backend on {cpu}")
+    return (f"the failing output below is from {what.format(real=display(real), cpu=display('cpu'))} ({backend}), "
+            f"not from {display(real)} hardware")
 
 
 def backends_of(patch: Patch) -> tuple[str, ...]:

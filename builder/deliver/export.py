@@ -474,8 +474,7 @@ def _issue(ctx: _Ctx, patch: Patch, mail_name: str) -> tuple[str, str] | None:
              f"git apply {includes} {mail_name}  # the regression test alone, without the fix",
              *facts.commands(tests, run_on)]
     if run_on != backend:
-        repro.append(f"# the failing output below is from patchset's host-side replay of the {facts.display(run_on)} "
-                     f"backend on {facts.display('cpu')} ({backend}), not from {facts.display(run_on)} hardware")
+        repro.append(f"# {facts.stand_in_note(backend, run_on)}")
     evb = facts.load(ctx.project.evidence_dir, patch, backend, ctx.after_trees[patch.index])
     output = facts.failing_output(evb.step("before")) if evb.data else ""
     missing = (evb.why_none or "the evidence holds no failing output") + \

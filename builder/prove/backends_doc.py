@@ -46,6 +46,9 @@ WORKFLOWS = {
     "cuda": "not run yet. Workflow ready: `.github/workflows/cuda.yml` (build in a CUDA container; tests on a "
             "GPU runner); offline on a GPU machine: `tools/gpu/run.sh`",
     "cpu": "not run yet. Workflow ready: `.github/workflows/linux-cpu.yml`",
+    "metal-linux": "no evidence committed yet. Run on Linux with the Objective-C toolchain built (`patchset toolchain "
+                   "objc --mirror DIR`): `patchset verify 1 5 --backend metal-linux` (the tree's own Metal host code, "
+                   "Objective-C included, on patchset's Metal stand-in; not Apple hardware: the section below).",
 }
 
 

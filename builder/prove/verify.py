@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.build import cmakebuild as buildmod
-from builder.build import testrun
+from builder.build import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
-from builder.project import Project
+from builder.project import Project, default_cache_dir
 from builder.prove import affected, cases, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
@@ -85,6 +85,10 @@ def available_backends() -> list[str]:
     if sys.platform in buildmod.profile("metal-replay").platforms and any(
             shutil.which(c) for c in ("c++", "g++", "clang++")):
         found.append("metal-replay")
+    # the tree's Metal host code on patchset's Metal stand-in: clang and a built Objective-C toolchain
+    if (sys.platform in buildmod.profile("metal-linux").platforms and shutil.which("clang")
+            and objc_toolchain.find_built(default_cache_dir()) is not None):
+        found.append("metal-linux")
     return found
 
 

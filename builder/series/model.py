@@ -22,7 +22,7 @@ from builder.errors import ProcessError, SeriesError
 from builder.fsutil import atomic_write_text
 from builder.project import default_cache_dir
 
-BACKENDS = ("cpu", "cuda", "metal", "metal-replay")
+BACKENDS = ("cpu", "cuda", "metal", "metal-replay", "metal-linux")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
 """The words of `Patchset-Status`, which `Patchset-Upstream` replaces (still read; `check` prints a
 deprecation line)."""

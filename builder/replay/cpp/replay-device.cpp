@@ -691,45 +691,25 @@ static bool replay_tree_supports_cpy(ggml_type tsrc, ggml_type tdst) {
     }
 }
 
-static bool replay_has_cpy_model(ggml_type tsrc, ggml_type tdst) {
-    char name[256];
-    snprintf(name, sizeof(name), "kernel_cpy_%s_%s", ggml_type_name(tsrc), ggml_type_name(tdst));
-    return replay_model_find(name) != nullptr;
-}
-
 // what the real device supports (ggml-metal-device.m), limited to the ops whose kernels have a CPU model here: the
 // rest is reported as not supported, so that test-backend-ops lists it as such instead of comparing it
 bool ggml_metal_device_supports_op(ggml_metal_device_t dev, const struct ggml_tensor * op) {
     GGML_UNUSED(dev);
 
+    if (!replay_models_cover_op(op)) {
+        return false;
+    }
     switch (op->op) {
-        case GGML_OP_NONE:
-        case GGML_OP_RESHAPE:
-        case GGML_OP_VIEW:
-        case GGML_OP_TRANSPOSE:
-        case GGML_OP_PERMUTE:
-            return true;
         case GGML_OP_ADD:
-            // SUB, MUL and DIV start fusions (snake, MoE reduce) whose kernels have no model; ADD alone fuses only into
-            // the chain of adds that kernel_bin_fuse_impl computes
-            return ggml_is_contiguous_rows(op->src[0]) && ggml_is_contiguous_rows(op->src[1]) &&
-                op->src[0]->type == GGML_TYPE_F32 && op->src[1]->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
         case GGML_OP_ACC:
-            return ggml_is_contiguous_rows(op->src[0]) && ggml_is_contiguous_rows(op->src[1]) && op->src[0]->type == GGML_TYPE_F32 &&
-                replay_has_cpy_model(op->src[0]->type, op->type) && replay_model_find("kernel_bin_fuse_f32_f32_f32") != nullptr;
+            return ggml_is_contiguous_rows(op->src[0]) && ggml_is_contiguous_rows(op->src[1]);
         case GGML_OP_SET:
-            return replay_tree_supports_cpy(op->src[0]->type, op->type) &&
-                replay_has_cpy_model(op->src[0]->type, op->type) && replay_has_cpy_model(op->src[1]->type, op->type);
-        case GGML_OP_CONCAT:
-            // the real device takes more types; the model is of kernel_concat_f32
-            return op->type == GGML_TYPE_F32 && op->src[0]->type == GGML_TYPE_F32 && op->src[1]->type == GGML_TYPE_F32 &&
-                replay_model_find("kernel_concat_f32") != nullptr;
         case GGML_OP_CPY:
         case GGML_OP_DUP:
         case GGML_OP_CONT:
-            return replay_tree_supports_cpy(op->src[0]->type, op->type) && replay_has_cpy_model(op->src[0]->type, op->type);
+            return replay_tree_supports_cpy(op->src[0]->type, op->type);
         default:
-            return false;
+            return true;
     }
 }
 

@@ -9,6 +9,7 @@
 #include "ggml.h"
 #include "ggml-metal-impl.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace {
@@ -371,6 +372,45 @@ const replay_model * replay_model_find(const char * kernel) {
         }
     }
     return nullptr;
+}
+
+static bool has_cpy_model(ggml_type tsrc, ggml_type tdst) {
+    char name[256];
+    snprintf(name, sizeof(name), "kernel_cpy_%s_%s", ggml_type_name(tsrc), ggml_type_name(tdst));
+    return replay_model_find(name) != nullptr;
+}
+
+static bool all_f32(const ggml_tensor * op) {
+    return op->type == GGML_TYPE_F32 && op->src[0]->type == GGML_TYPE_F32 && op->src[1]->type == GGML_TYPE_F32;
+}
+
+bool replay_models_cover_op(const ggml_tensor * op) {
+    switch (op->op) {
+        case GGML_OP_NONE:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_VIEW:
+        case GGML_OP_TRANSPOSE:
+        case GGML_OP_PERMUTE:
+            return true;
+        case GGML_OP_ADD:
+            // SUB, MUL and DIV start fusions (snake, MoE reduce) whose kernels have no model; ADD alone fuses only into
+            // the chain of adds that kernel_bin_fuse_impl computes
+            return all_f32(op) && replay_model_find("kernel_bin_fuse_f32_f32_f32") != nullptr;
+        case GGML_OP_ACC:
+            return op->src[0]->type == GGML_TYPE_F32 && has_cpy_model(op->src[0]->type, op->type) &&
+                replay_model_find("kernel_bin_fuse_f32_f32_f32") != nullptr;
+        case GGML_OP_SET:
+            return has_cpy_model(op->src[0]->type, op->type) && has_cpy_model(op->src[1]->type, op->type);
+        case GGML_OP_CONCAT:
+            // the real device takes more types; the model is of kernel_concat_f32
+            return all_f32(op) && replay_model_find("kernel_concat_f32") != nullptr;
+        case GGML_OP_CPY:
+        case GGML_OP_DUP:
+        case GGML_OP_CONT:
+            return has_cpy_model(op->src[0]->type, op->type);
+        default:
+            return false;
+    }
 }
 
 std::string replay_kernel_text(const std::string & source, const char * templ) {

@@ -81,3 +81,9 @@ const std::vector<replay_model> & replay_models();
 
 // the model of a kernel, by host name; nullptr when there is none
 const replay_model * replay_model_find(const char * kernel);
+
+struct ggml_tensor;
+
+// whether the kernels the tree's encoders pick for an op have models (types and fusions only: the tree's own rules of
+// which ops the device supports are the caller's), for the replay's and metal-linux's supports_op
+bool replay_models_cover_op(const ggml_tensor * op);

@@ -5,6 +5,9 @@ Make each with `python -m pytest [-m "not integration"] --junitxml FILE` (`.ci/r
 setup and teardown of fixtures in the test that ran them, so a module-scoped build is in its
 module's first test).
 
+With the CPU seconds of each module where the tests recorded them (tests/conftest.py: a `cpu_s`
+property per test): a loaded run's wall time says little of what a module costs, its CPU time does.
+
 Usage: python benchmarks/suite_times.py BEFORE.xml AFTER.xml [--markdown]
 """
 
@@ -19,9 +22,17 @@ from pathlib import Path
 
 def module_times(junit: Path) -> tuple[dict[str, float], dict[str, int], float]:
     """Seconds and test count per module (tests/test_x.py), and the suite's own wall time."""
+    times, counts, wall, _ = module_stats(junit)
+    return times, counts, wall
+
+
+def module_stats(junit: Path) -> tuple[dict[str, float], dict[str, int], float, dict[str, float]]:
+    """module_times, and the CPU seconds per module where the tests recorded them (a `cpu_s` property:
+    tests/conftest.py records it for each test, its processes' included)."""
     root = ET.parse(junit).getroot()
     times: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    cpu: dict[str, float] = defaultdict(float)
     for tc in root.iter("testcase"):
         # classname is the dotted module path (tests.test_x), with a class name after it for class tests
         parts = (tc.get("classname") or "?").split(".")
@@ -29,14 +40,17 @@ def module_times(junit: Path) -> tuple[dict[str, float], dict[str, int], float]:
         module = "/".join(parts[: mods[0] + 1]) + ".py" if mods else ".".join(parts)
         times[module] += float(tc.get("time") or 0)
         counts[module] += 1
+        for prop in tc.iter("property"):
+            if prop.get("name") == "cpu_s":
+                cpu[module] += float(prop.get("value") or 0)
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     wall = sum(float(s.get("time") or 0) for s in suites)
-    return times, counts, wall
+    return times, counts, wall, cpu
 
 
 def table(before: Path, after: Path, markdown: bool) -> list[str]:
-    tb, cb, wb = module_times(before)
-    ta, ca, wa = module_times(after)
+    tb, cb, wb, ub = module_stats(before)
+    ta, ca, wa, ua = module_stats(after)
     rows = sorted(set(tb) | set(ta), key=lambda m: -max(tb.get(m, 0), ta.get(m, 0)))
 
     def fmt(t: dict[str, float], c: dict[str, int], m: str) -> str:
@@ -47,18 +61,32 @@ def table(before: Path, after: Path, markdown: bool) -> list[str]:
             return ""
         return f"{ta[m] / tb[m]:.2f}x"
 
-    lines = []
+    cpu = bool(ub or ua)
+
+    def cpu_cells(m: str | None) -> list[str]:
+        if not cpu:
+            return []
+        if m is None:
+            return [f"{sum(ub.values()):.1f} s" if ub else "-", f"{sum(ua.values()):.1f} s" if ua else "-"]
+        return [f"{u[m]:.1f} s" if m in u else "-" for u in (ub, ua)]
+
+    head = ["module", "before (tests)", "after (tests)", "after/before"] + (["cpu before", "cpu after"] if cpu else [])
+    body = [[m, fmt(tb, cb, m), fmt(ta, ca, m), change(m), *cpu_cells(m)] for m in rows]
+    total = ["whole run (wall; cpu: sum)", f"{wb:.1f} s" if wb else "-", f"{wa:.1f} s",
+             f"{wa / wb:.2f}x" if wb else "", *cpu_cells(None)]
     if markdown:
-        lines += ["| module | before (tests) | after (tests) | after/before |", "| --- | ---: | ---: | ---: |"]
-        lines += [f"| {m} | {fmt(tb, cb, m)} | {fmt(ta, ca, m)} | {change(m)} |" for m in rows]
-        lines.append(f"| **whole run (wall)** | **{wb:.1f} s** | **{wa:.1f} s** | **{wa / wb:.2f}x** |"
-                     if wb else f"| whole run (wall) | - | {wa:.1f} s | |")
-    else:
-        width = max([len(m) for m in rows] + [20])
-        lines.append(f"{'module':<{width}}  {'before (tests)':>16}  {'after (tests)':>16}  {'after/before':>12}")
-        lines += [f"{m:<{width}}  {fmt(tb, cb, m):>16}  {fmt(ta, ca, m):>16}  {change(m):>12}" for m in rows]
-        lines.append(f"{'whole run (wall)':<{width}}  {wb:>14.1f} s  {wa:>14.1f} s  "
-                     f"{(f'{wa / wb:.2f}x' if wb else ''):>12}")
+        lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        lines.append("| " + " | ".join(f"**{c}**" if c else c for c in total) + " |")
+        return lines
+    width = max([len(m) for m in rows] + [len(total[0])])
+    cols = [width] + [16] * (len(head) - 1)
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, cols, strict=True))
+        return "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in pairs)
+
+    lines = [line(head), *(line(r) for r in body), line(total)]
     return lines
 
 

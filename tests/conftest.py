@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,7 @@ _SCRUB = (
 # at a time, in collection order) each starts at once on a worker of its own, not last on a worker that
 # has finished everything else. The modules that build trees the build module builds too come last, when
 # the shared compiler cache has them. The rest keep their order.
+_CPU_START = pytest.StashKey[float]()
 LONGEST_FIRST = ("test_integration_build.py", "test_integration_wheel.py")
 AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstream.py")
 
@@ -86,6 +88,28 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     programs it starts a fifth of its time; a third on 2 cores keeps them busy (the fast tier 227 -> 193 s)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores + 1
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the processes it has waited for (their own children included)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
+        None, pytest.TestReport, pytest.TestReport]:
+    """Each test's CPU seconds (with the module fixtures it set up) as a JUnit property, `cpu_s`: the time of a
+    loaded run says little of what a module costs; benchmarks/suite_times.py sums it per module."""
+    report = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        report.user_properties.append(("cpu_s", f"{_cpu_seconds() - item.stash[_CPU_START]:.1f}"))
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

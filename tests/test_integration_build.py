@@ -93,8 +93,9 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
     # a fix to the test program itself: the tree before it aborts in grad mode
     assert outcomes[grad_inplace].outcome == PROVEN, outcomes[grad_inplace].reason
-    assert outcomes[nil_lookup].outcome == "needs metal"
-    assert outcomes[acc_set].outcome == "needs metal"
+    # metal-linux is here only where its toolchain is built in this cache (the metal-linux module may have linked it)
+    for metal_patch in (nil_lookup, acc_set):
+        assert outcomes[metal_patch].outcome in ("needs metal", "needs metal metal-linux"), outcomes[metal_patch]
     assert report.ok and not report.regressed
     # patch 5's (the Metal ACC/SET fix) tests run on the CPU with the fix, and pass there
     data = json.loads(outcomes[acc_set].evidence_json.read_text())

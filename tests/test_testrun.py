@@ -14,6 +14,8 @@ from builder.build.testrun import (
     CRASHED,
     FAIL,
     FAILED,
+    LOADER_EXIT,
+    NOT_LOADED,
     NOTHING,
     PASS,
     PASSED,
@@ -26,6 +28,7 @@ from builder.build.testrun import (
     plan,
     run_program,
     series_ops,
+    tree_verdict,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -330,3 +333,29 @@ def test_a_garbled_sql_row_counts_as_a_failure_not_an_error() -> None:
     cases = parse_sql(good + "\n" + garbled + "\n")
     assert [(c.name, c.status) for c in cases] == [("ACC", PASS), ("(unreadable SQL row)", FAIL)]
     assert "NMSE" in cases[1].detail
+
+
+LIB_USER = r"""
+int from_the_library(void);
+int main(void) { return from_the_library() == 42 ? 0 : 1; }
+"""
+
+
+def test_a_program_the_loader_cannot_start_did_not_load_it_did_not_fail(tmp_path: Path) -> None:
+    # a program linked to a shared library that is gone: the dynamic loader exits 127 before main
+    (tmp_path / "lib.c").write_text("int from_the_library(void) { return 42; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libgone.so"), str(tmp_path / "lib.c")], check=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "user.c").write_text(LIB_USER)
+    subprocess.run(["cc", "-o", str(bin_dir / "user"), str(tmp_path / "user.c"), f"-L{tmp_path}", "-lgone",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    assert run_program(bin_dir, Invocation("user", ()), tmp_path / "ok.log").verdict == "nothing checked"
+    (tmp_path / "libgone.so").unlink()
+    r = run_program(bin_dir, Invocation("user", ()), tmp_path / "user.log")
+    assert (r.returncode, r.signal_name, r.cases) == (LOADER_EXIT, None, ())
+    assert r.verdict == NOT_LOADED
+    assert r.last_lines and "libgone.so" in r.last_lines[-1]
+    # `patchset test` fails on it, and a tree of verify's counts it as one that did not build (treebuild.run_tree)
+    assert TestReport("cpu", "test", (), (r,)).failed
+    assert tree_verdict([r.verdict]) == "nothing checked"

@@ -327,3 +327,30 @@ def test_a_llama_program_is_built_ahead_only_for_a_tree_with_the_same_llama_side
     # and test-llama-add is built there for patch 1's trees
     assert built["after"] == ["test-sub", "patchset-order"], built
     assert built["before"] == ["test-sub", "test-llama-add", "patchset-order"], built
+
+
+def test_a_before_tree_whose_program_the_loader_cannot_start_did_not_build(tmp_path: Path) -> None:
+    """A shared ggml whose pin leaves a symbol undefined (its test program links with the loader left to find it):
+    without the fix the program never starts (exit 127). That is the tree's link failing, not a failing test."""
+    lib_cmake = ("add_library(ggml SHARED src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
+                 "# the loader, not the linker, finds what the library lacks\n"
+                 "target_link_options(ggml INTERFACE -Wl,--allow-shlib-undefined)\n")
+    # a variable: its address is bound when the library loads (a function's only at its first call)
+    header = CALC_H.replace("int calc_neg(int a);", "int calc_neg(int a);\nextern int calc_twice;")
+    broken = CALC_C + "int calc_double(int a) { return calc_twice * a; }\n"
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": lib_cmake, "ggml/include/calc.h": header,
+                                   "ggml/src/calc.c": broken, "README": "calc\n"})
+    commit_files(src, {"ggml/src/calc.c": broken.replace("return a - b;", "return a + b;")
+                       + "int calc_twice = 2;\n",
+                       "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
+                 "calc : define calc_twice, add adds" + trailers("cpu", "test-add"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    apply(project)
+    (v,) = verify(project, backends=["cpu"]).verdicts
+    assert v.outcome == BUILD_FAILED, v.reason
+    steps = {s["tree"]: s for s in json.loads(v.evidence_json.read_text())["steps"]}
+    before = steps["before"]
+    assert (before["build_ok"], before["verdict"], before["tests"]) == (False, "build-failed", [])
+    assert before["build_errors"][0].startswith("test-add: did not load (exit 127"), before["build_errors"]
+    assert "calc_twice" in before["build_errors"][0]
+    assert steps["after"]["verdict"] == "passes"

@@ -25,7 +25,11 @@ PASS, FAIL, SKIP, CRASH = "pass", "fail", "skip", "crash"
 MODES = ("test", "grad")
 
 # verdicts of one program run
-PASSED, FAILED, NOTHING, CRASHED = "passed", "failed", "nothing checked", "crashed"
+PASSED, FAILED, NOTHING, CRASHED, NOT_LOADED = "passed", "failed", "nothing checked", "crashed", "did not load"
+LOADER_EXIT = 127
+"""The exit status of the dynamic loader when it cannot start a program (a shared library or a symbol it needs
+is missing: a link a shared build leaves to the loader). Such a program ran none of its code, printed nothing
+of its own, and says nothing of what it tests: it `did not load`, never `failed`."""
 
 # what the programs of one tree say together (verify's steps, the fixed-upstream check)
 TREE_FAILS, TREE_PASSES, TREE_NOTHING = "fails", "passes", "nothing checked"
@@ -112,6 +116,8 @@ class ProgramResult:
     def verdict(self) -> str:
         if self.signal_name:
             return CRASHED
+        if self.returncode == LOADER_EXIT and not self.cases and self.totals_line is None:
+            return NOT_LOADED
         if self.failed or self.returncode != 0 or self.totals_mismatch:
             return FAILED
         if self.passed == 0:
@@ -346,7 +352,7 @@ class TestReport:
 
     @property
     def failed(self) -> bool:
-        return any(p.verdict in (FAILED, CRASHED) for p in self.programs)
+        return any(p.verdict in (FAILED, CRASHED, NOT_LOADED) for p in self.programs)
 
     @property
     def nothing_checked(self) -> list[str]:

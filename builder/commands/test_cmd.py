@@ -8,7 +8,7 @@ from rich.table import Table
 from builder import proc
 from builder.build.cmakebuild import PROFILES, TARGET_SETS
 from builder.build.reports import report_dict, write_junit
-from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOTHING, TestReport
+from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.commands import jsonout, sweep_view
 from builder.console import console
 from builder.errors import Outcome
@@ -58,7 +58,7 @@ def print_report(report: TestReport) -> None:
                   title=f"patchset test: backend {report.backend}, mode {report.mode}, {ops}")
     for p in report.programs:
         verdict = p.verdict if not p.signal_name else f"crashed ({p.signal_name})"
-        style = {FAILED: "red", CRASHED: "red", NOTHING: "yellow"}.get(p.verdict, "green")
+        style = {FAILED: "red", CRASHED: "red", NOT_LOADED: "red", NOTHING: "yellow"}.get(p.verdict, "green")
         table.add_row(p.program, " ".join(p.args), str(p.passed), str(p.failed), str(p.skipped),
                       f"[{style}]{verdict}[/]", f"{p.duration_s:.1f}s")
     console.print(table)
@@ -69,11 +69,14 @@ def print_report(report: TestReport) -> None:
             console.print(f"  {p.program}: {line}", highlight=False, markup=False)
         if p.verdict == NOTHING:
             console.print(f"  {p.program}: nothing checked on this backend (not counted as passed)")
-        if p.timed_out or p.signal_name:
+        if p.verdict == NOT_LOADED:
+            console.print(f"  {p.program}: did not load (exit {p.returncode}, the dynamic loader's: a library or "
+                          "symbol missing); it ran none of its tests", highlight=False, markup=False)
+        if p.timed_out or p.signal_name or p.verdict == NOT_LOADED:
             console.print(f"  {p.program}: last lines it printed:", highlight=False)
             for line in p.last_lines:
                 console.print(f"    | {line}", highlight=False, markup=False)
-        if p.verdict in (FAILED, CRASHED):
+        if p.verdict in (FAILED, CRASHED, NOT_LOADED):
             console.print(f"  log: {p.log}", highlight=False)
     if report.source_tree:
         console.print(f"tested the build of tree {report.source_tree[:12]} (commit {report.source_commit[:12]})",

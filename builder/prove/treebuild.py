@@ -141,6 +141,7 @@ class TreeBuilder:
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
         log_dir = self._log_dir(patch, backend)
+        not_loaded = []
         for i, t in enumerate(tests, 1):
             inv = invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
@@ -149,6 +150,15 @@ class TreeBuilder:
             self.progress.end()
             self.last_results.append(r)
             runs.append(_run_record(inv, r))
+            if r.verdict == testrun.NOT_LOADED:
+                not_loaded.append(r)
+        if not_loaded:
+            # the loader's part of the link failed (a shared build leaves missing symbols to it): the tree did not
+            # build, whatever its tests would say; never a test that fails
+            loader = tuple(f"{r.program}: did not load (exit {r.returncode}, the dynamic loader's): "
+                           f"{r.last_lines[-1].strip() if r.last_lines else 'no output'}" for r in not_loaded)
+            return ev.Step(kind, commit, tree_id, False, command, result.duration_s, loader, False,
+                           verdict="build-failed")
         verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
         return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
 

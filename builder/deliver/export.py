@@ -190,15 +190,21 @@ def commit_message(patch: Patch) -> str:
     return "\n\n".join([subject, body, *(["\n".join(others)] if others else [])]) + "\n"
 
 
-def notes_for_author(patch: Patch, mail_name: str) -> str:
-    """NOTES.md: the series' message of the patch, marked as notes for the author."""
+LLAMA_CPP_NOTES_POLICY = (
+    "llama.cpp closes a pull request whose description or commit messages were written by AI",
+    "(AGENTS.md, \"Prohibited AI Usage\"). Below is the message this patch carries in the series. Read",
+    "it as notes: write the commit message (the placeholder in {mail}) and PR.md's",
+    "description yourself, in your own words. Do not paste from here.",
+)
+"""What NOTES.md says of the upstream's rules before the series' message ({mail}: the mail's file name)."""
+
+
+def notes_for_author(patch: Patch, mail_name: str, policy: tuple[str, ...] = LLAMA_CPP_NOTES_POLICY) -> str:
+    """NOTES.md: the series' message of the patch, marked as notes for the author, after the upstream's `policy`."""
     return "\n".join([
         "# Notes for the author: not for upstream",
         "",
-        "llama.cpp closes a pull request whose description or commit messages were written by AI",
-        "(AGENTS.md, \"Prohibited AI Usage\"). Below is the message this patch carries in the series. Read",
-        f"it as notes: write the commit message (the placeholder in {mail_name}) and PR.md's",
-        "description yourself, in your own words. Do not paste from here.",
+        *(line.format(mail=mail_name) for line in policy),
         "",
         "## The series' message",
         "",

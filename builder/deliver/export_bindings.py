@@ -40,6 +40,7 @@ from builder.deliver.export import (
     _write_version,
     commit_message,
     find_deps,
+    notes_for_author,
     resolve_author,
     slug_of,
     strip_trailers,
@@ -229,12 +230,11 @@ def _facts(project: Project, pin: Pin, patch: Patch, needs: list[tuple[Patch, li
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _notes(patch: Patch, mail_name: str) -> str:
-    return "\n".join([
-        "# Notes for the author: not for upstream", "",
-        "Below is the message this patch carries in the fork's series. Write the commit message (the placeholder",
-        f"in {mail_name}) and PR.md's description yourself, from it.", "",
-        "## The series' message", "", "~~~text", strip_trailers(patch.message).rstrip("\n"), "~~~", ""])
+NOTES_POLICY = (
+    "Below is the message this patch carries in the fork's series. Write the commit message (the placeholder",
+    "in {mail}) and PR.md's description yourself, from it.",
+)
+"""llama-cpp-python's part of NOTES.md (export.notes_for_author)."""
 
 
 def _submit(repo: str, patch: Patch, mail_name: str, pin: Pin, needs: list[tuple[Patch, list[str]]],
@@ -308,7 +308,7 @@ def export_bindings(project: Project, opts: ExportOptions) -> ExportResult:
             mail_name = f"{patch.index:04d}-{slug}.patch"
             mail = format_mails(git, "-1", head)[0][1].decode("utf-8", errors="replace")
             facts_text = _facts(project, pin, patch, needs, main, after_tree, deps, files_touched)
-            files = {mail_name: mail, NOTES: _notes(patch, mail_name),
+            files = {mail_name: mail, NOTES: notes_for_author(patch, mail_name, NOTES_POLICY),
                      "PR.md": _pr_md(template, template_path, has_rules, facts_text),
                      "submit.txt": _submit(repo, patch, mail_name, pin, needs, main)}
             findings = _rules(patch, git, before, head, has_rules)

@@ -85,7 +85,7 @@ AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstre
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (pyproject's addopts): a worker more than the cores. A worker waits on git, pipes and the
-    programs it starts a fifth of its time; a third on 2 cores keeps them busy (the fast tier 227 -> 193 s)."""
+    programs it starts a fifth of its time; a third on 2 cores keeps them busy (the fast tier 174 -> 154 s, quiet)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores + 1
 

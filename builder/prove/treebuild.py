@@ -141,7 +141,6 @@ class TreeBuilder:
                            verdict="build-fails" if only_tests else "build-failed")
         runs = []
         log_dir = self._log_dir(patch, backend)
-        not_loaded = []
         for i, t in enumerate(tests, 1):
             inv = invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
@@ -150,8 +149,7 @@ class TreeBuilder:
             self.progress.end()
             self.last_results.append(r)
             runs.append(_run_record(inv, r))
-            if r.verdict == testrun.NOT_LOADED:
-                not_loaded.append(r)
+        not_loaded = [r for r in self.last_results if r.verdict == testrun.NOT_LOADED]
         if not_loaded:
             # the loader's part of the link failed (a shared build leaves missing symbols to it): the tree did not
             # build, whatever its tests would say; never a test that fails

@@ -466,6 +466,7 @@ struct ps_binding {
     pthread_mutex_t  lock;
     pthread_cond_t   cond;
     MTLCommandBufferStatus st;
+    BOOL             handled; /* the completed handlers have run: waitUntilCompleted returns after them */
 }
 - (void)addCommand:(NSError * (^)(void))run cleanup:(void (^)(void))cleanup;
 @end
@@ -801,7 +802,8 @@ static void ps_encoder_check(BOOL ended, const char * what) {
         pthread_mutex_unlock(&lock);
         ps_validation_failure("waitUntilCompleted on a command buffer not committed");
     }
-    while (st < MTLCommandBufferStatusCompleted) {
+    /* the final status is set before the handlers run (they read it): wait for the handlers too */
+    while (!handled) {
         pthread_cond_wait(&cond, &lock);
     }
     pthread_mutex_unlock(&lock);
@@ -871,6 +873,7 @@ static void ps_encoder_check(BOOL ended, const char * what) {
     /* waiters return after the handlers have run, as waitUntilCompleted does on Metal */
     pthread_mutex_lock(&lock);
     [commands removeAllObjects];
+    handled = YES;
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
 }

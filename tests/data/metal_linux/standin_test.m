@@ -58,7 +58,8 @@ int main(void) {
         encode_fill(cb, ppl, buf, 2.5f, 16);
         check(((float *) buf.contents)[3] == 0.0f, "nothing_runs_before_commit", nil);
         NSMutableString * order = [NSMutableString string];
-        [cb addCompletedHandler:^(id<MTLCommandBuffer> b) { [order appendFormat:@"a%d", (int) b.status]; }];
+        /* a slow first handler: waitUntilCompleted must still return after both, not at the final status */
+        [cb addCompletedHandler:^(id<MTLCommandBuffer> b) { usleep(100000); [order appendFormat:@"a%d", (int) b.status]; }];
         [cb addCompletedHandler:^(id<MTLCommandBuffer> b) { (void) b; [order appendString:@"b"]; }];
         [cb commit];
         [cb waitUntilCompleted];

@@ -30,6 +30,9 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
                        "PROJECT/.patchset)"),
     *((name, f"time limit in seconds of {what} (default: {default:g})")
       for name, (default, what) in proc.TIMEOUTS.items()),
+    ("PATCHSET_PLATFORM_CACHE", "where a new build folder takes CMake's compiler detection from, made by the first "
+                                "configure with the same cmake, compilers and flags (default: PATCHSET_CACHE/"
+                                "cmake-platform; delete it to detect again)"),
     ("PATCHSET_CMAKE_ARGS", "more -D options for every build of a tree, after patchset's own (the "
                             "evidence's host and key record them)"),
     ("PATCHSET_PYTHON", "the interpreter that runs a patch's `python` test in verify (default: patchset's own); "

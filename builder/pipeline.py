@@ -79,6 +79,7 @@ def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", 
             source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
             programs=programs_for(work.path, series, backend), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
             source_commit=work.git.out("rev-parse", "HEAD"), source_tree=work.worktree_tree(),
+            platform_cache=project.platform_cache,
         )
         return buildmod.build(spec, progress)
 

@@ -54,6 +54,13 @@ class Project:
         return self.state_dir / "build" / self.series_name if self.series_name else self.state_dir / "build"
 
     @property
+    def platform_cache(self) -> Path:
+        """CMake's compiler detection, kept for new build folders (builder/build/platformseed.py):
+        `$PATCHSET_PLATFORM_CACHE`, else `cmake-platform` in the cache."""
+        env = os.environ.get("PATCHSET_PLATFORM_CACHE")
+        return Path(env) if env else self.cache_dir / "cmake-platform"
+
+    @property
     def verify_dir(self) -> Path:
         """verify's worktree (`src`) and logs: one per series, since each series' trees are commits of its
         own work repository."""

@@ -181,6 +181,9 @@ def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     mp.setenv("CCACHE_DIR", str(ccache))
     for var in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
         mp.delenv(var, raising=False)
+    # and one store of CMake's compiler detection (builder/build/platformseed.py): each test has its own
+    # PATCHSET_CACHE, and a detection is two thirds of a small tree's configure
+    mp.setenv("PATCHSET_PLATFORM_CACHE", str(run_dir(tmp_path_factory) / "cmake-platform"))
     return ccache
 
 

@@ -51,6 +51,48 @@ def test_build_noop_and_reconfigure(tmp_path: Path) -> None:
     assert changed.ok and changed.configured
 
 
+def _platform_entries(build_dir: Path) -> dict[str, str]:
+    """The cache's compiler and binutils entries (CMake's FILEPATH entries)."""
+    text = (build_dir / "CMakeCache.txt").read_text()
+    return dict(re.findall(r"^(CMAKE_[A-Za-z_]+):FILEPATH=(.*)$", text, re.M))
+
+
+def test_a_new_folder_takes_the_compiler_detection_of_the_first_and_another_compiler_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATCHSET_PLATFORM_CACHE", raising=False)
+    store = tmp_path / "platform"
+    tree = make_tree(tmp_path / "tree")
+    first = build(dataclasses.replace(spec(tree, tmp_path / "b1"), platform_cache=store))
+    assert first.ok and first.configured and not first.seeded
+    assert [p.name for p in store.iterdir()] != []
+    second = build(dataclasses.replace(spec(tree, tmp_path / "b2"), platform_cache=store))
+    assert second.ok and second.seeded
+    # what the cache holds is what a configure that detected for itself found
+    assert _platform_entries(tmp_path / "b2") == _platform_entries(tmp_path / "b1")
+    assert "CMAKE_AR" in _platform_entries(tmp_path / "b2")
+    out = subprocess.run([str(second.bin_dir / "test-calc")], capture_output=True, text=True, check=True).stdout
+    assert "calc(x=1): OK" in out
+    # another compiler (the same one by another path): another key, detected again
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "mycc").symlink_to(shutil.which("cc"))
+    monkeypatch.setenv("CC", str(bindir / "mycc"))
+    other = build(dataclasses.replace(spec(tree, tmp_path / "b3"), platform_cache=store))
+    assert other.ok and not other.seeded
+    assert len(list(store.iterdir())) == 2
+
+
+def test_a_damaged_compiler_detection_is_detected_again_not_a_failed_build(tmp_path: Path) -> None:
+    store = tmp_path / "platform"
+    tree = make_tree(tmp_path / "tree")
+    assert build(dataclasses.replace(spec(tree, tmp_path / "b1"), platform_cache=store)).ok
+    (seed,) = store.iterdir()
+    (seed / "initial-cache.cmake").write_text('message(FATAL_ERROR "damaged")\n')
+    again = build(dataclasses.replace(spec(tree, tmp_path / "b2"), platform_cache=store))
+    assert again.ok and not again.seeded
+    assert "damaged" in again.log.read_text()
+
+
 def test_failed_build_names_the_first_error(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "tree", calc_c='#include "calc.h"\nint calc(int x) {\n    return x +;\n}\n')
     r = build(spec(tree, tmp_path / "build"))

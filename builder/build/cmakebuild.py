@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build import llamacommon, objc_toolchain
+from builder.build import llamacommon, objc_toolchain, platformseed
 from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
@@ -151,6 +151,9 @@ class BuildSpec:
     """The commit checked out in `source` (recorded with the build; empty: not a git tree)."""
     source_tree: str = ""
     """The tree id of `source` as built, uncommitted edits included (recorded with the build)."""
+    platform_cache: Path | None = None
+    """Where a new build folder takes CMake's compiler detection from, and leaves it for the next
+    (builder/build/platformseed.py; None: every new folder detects for itself)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,8 @@ class BuildResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     timed_out_s: float | None = None
     """The time limit (`$PATCHSET_BUILD_TIMEOUT`) a configure or build step ran past and was killed at."""
+    seeded: bool = False
+    """A new folder's configure took CMake's compiler detection from an earlier one's (platformseed)."""
 
     @property
     def failure(self) -> str:
@@ -384,10 +389,10 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     if spec.targets == "minimal":
         _link_tree(spec.build_dir / TREE_LINK, spec.source)
     env = {"CCACHE_BASEDIR": str(spec.build_dir)} if ccache else None
+    seeded = False
     if old != record or not (spec.build_dir / "CMakeCache.txt").exists():
         progress.begin(f"configuring {spec.backend}/{spec.targets}", None)
-        r = proc.stream([cmake.path, "-G", "Ninja", "-S", str(src_dir), "-B", str(spec.build_dir), *args],
-                        log_file=log, env=env, timeout=limit)
+        r, seeded = _configure(spec, cmake, src_dir, args, log, env, limit)
         progress.end()
         if r.returncode != 0 or r.timed_out:
             rec_file.unlink(missing_ok=True)
@@ -430,7 +435,33 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
         noop="ninja: no work to do" in text, steps=steps, duration_s=time.monotonic() - start, log=log,
         cmake=f"{cmake.path} {cmake.version_text} ({cmake.origin})", ninja=f"{ninja.path} {ninja.version_text}",
         ccache=ccache, ccache_hits=delta.hits if delta else None, ccache_misses=delta.misses if delta else None,
+        seeded=seeded,
     )
+
+
+def _configure(spec: BuildSpec, cmake: Tool, src_dir: Path, args: list[str], log: Path, env: dict[str, str] | None,
+               limit: float) -> tuple[proc.Completed, bool]:
+    """Configure `spec.build_dir`; a new folder takes the compiler detection of an earlier one with the same
+    key (platformseed), or leaves its own for the next. A seeded configure that fails is run again unseeded.
+    The result and whether the seed was used."""
+    cmd = [cmake.path, "-G", "Ninja", "-S", str(src_dir), "-B", str(spec.build_dir)]
+    fresh = not (spec.build_dir / "CMakeCache.txt").exists()
+    seed_key = (platformseed.key(cmake.path, cmake.version_text, src_dir, args)
+                if fresh and spec.platform_cache is not None else None)
+    store = spec.platform_cache
+    seed = platformseed.take(store, seed_key, spec.build_dir) if seed_key and store is not None else None
+    if seed:
+        r = proc.stream([*cmd, *seed, *args], log_file=log, env=env, timeout=limit)
+        if r.returncode == 0 and not r.timed_out:
+            return r, True
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write("patchset: the configure with an earlier folder's compiler detection failed: detecting again\n")
+        (spec.build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+        shutil.rmtree(spec.build_dir / "CMakeFiles", ignore_errors=True)
+    r = proc.stream([*cmd, *args], log_file=log, env=env, timeout=limit)
+    if seed_key and store is not None and r.returncode == 0 and not r.timed_out:
+        platformseed.keep(store, seed_key, spec.build_dir)
+    return r, False
 
 
 def _failed(spec: BuildSpec, log: Path, start: float, cmake: Tool, ninja: Tool, ccache: str | None, *,

@@ -41,7 +41,7 @@ def checker(project: Project, backend: str = "cpu", test: bool = False, progress
         checkout_tree(git, src, index, tree)
         spec = buildmod.BuildSpec(source=src, build_dir=project.build_root / f"verify-{backend}-minimal",
                                   backend=backend, targets="minimal", programs=programs, build_targets=programs,
-                                  jobs=jobs)
+                                  jobs=jobs, platform_cache=project.platform_cache)
         sink.begin(f"canary: {patch.name} [{backend}] building", None)
         result = buildmod.build(spec)
         sink.end()

@@ -257,7 +257,8 @@ class _Checker:
         programs = tuple(dict.fromkeys(t.program for t in tests))
         spec = buildmod.BuildSpec(source=self.src, build_dir=self.project.build_root /
                                   f"verify-{backend}-minimal", backend=backend, targets="minimal",
-                                  programs=programs, build_targets=programs, jobs=self.jobs)
+                                  programs=programs, build_targets=programs, jobs=self.jobs,
+                                  platform_cache=self.project.platform_cache)
         self.progress.begin(f"{patch.name} [{backend}] {kind} upstream, without the fix: building", None)
         result = buildmod.build(spec)
         self.progress.end()

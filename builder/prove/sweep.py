@@ -431,7 +431,7 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
                  or git.blob(other_commit, f"tests/{prog}.cpp") == git.blob(patched_commit, f"tests/{prog}.cpp"))
     other_spec = buildmod.BuildSpec(
         source=src, build_dir=build_dir(project, opts.backend, f"against-{safe}"), backend=opts.backend,
-        programs=same, jobs=opts.jobs, cuda_arch=opts.cuda_arch,
+        programs=same, jobs=opts.jobs, cuda_arch=opts.cuda_arch, platform_cache=project.platform_cache,
     )
     other_build = buildmod.build(other_spec, progress)
     if not other_build.ok:

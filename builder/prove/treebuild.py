@@ -110,6 +110,7 @@ class TreeBuilder:
         spec = buildmod.BuildSpec(
             source=src, build_dir=self.project.build_root / f"verify-{backend}-minimal", backend=backend,
             targets="minimal", programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
+            platform_cache=self.project.platform_cache,
         )
         if reuse:
             # the programs `patchset build` configured, less defaults a tree without them (a test's

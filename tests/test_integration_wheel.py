@@ -1,5 +1,5 @@
 """The real release wheel: llama-cpp-python 0.3.36 on the patched b11312, built once for the CPU
-(without the multimodal library, at -O0 and with clang where the machine has it, to keep it short:
+(without the multimodal library and llama-common, at -O0 and with clang where the machine has it, to keep it short:
 what is tested is how the wheel is made, named, recorded and installed, not its speed), installed
 into a fresh virtual environment and used from a folder with no build output. Slow (a cold llama.cpp
 build): marked integration.
@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CLANG = (("-DCMAKE_C_COMPILER=clang", "-DCMAKE_CXX_COMPILER=clang++")
          if shutil.which("clang") and shutil.which("clang++") else ())
 QUICK = ("-DCMAKE_C_FLAGS_RELEASE=-O0", "-DCMAKE_CXX_FLAGS_RELEASE=-O0", *CLANG)
-OPTIONS = WheelOptions(no_mtmd=True, cmake_args=QUICK)
+OPTIONS = WheelOptions(no_mtmd=True, no_common=True, cmake_args=QUICK)
 # the wheel's pure-Python dependencies (its METADATA Requires-Dist), and pytest for B1's test, from PyPI
 DEPENDENCIES = ["numpy", "typing-extensions", "diskcache", "jinja2", "pytest"]
 
@@ -122,6 +122,10 @@ def test_the_wheel_is_named_and_tagged_like_upstreams(built: WheelResult) -> Non
     assert "## This build: llama.cpp with a patch series" in metadata
     assert "llama_cpp/patchset.json" in names and "llama_cpp/patchset.py" in names
     assert json.loads(built.provenance_file.read_text()) == built.prepared.provenance
+    # --no-common: llama.cpp's CMake left llama-common out (the bindings force it on), and the record says so
+    assert "llama_cpp/lib/libllama.so" in names and not [n for n in names if "llama-common" in n], names
+    assert built.prepared.provenance["left_out"] == ["mtmd", "llama-common"]
+    assert "left out: mtmd, llama-common" in metadata
 
 
 def test_installed_wheel_provenance_is_the_pin_and_the_series(venv: Path, project: Project, tmp_path: Path) -> None:

@@ -159,6 +159,15 @@ def test_prepare_stages_the_patched_tree_with_provenance_and_version(wproj: tupl
     assert data["bindings"] == {"name": "llama_cpp_python", "version": "1.2.3", "sdist": archive.name,
                                 "sdist_sha256": sha256(archive), "source": data["bindings"]["source"]}
     assert data["backend"] == "cpu" and "-DGGML_NATIVE=OFF" in data["cmake_args"]
+    # a release wheel leaves nothing of the sdist's build out; --no-common and --no-mtmd are named in the record,
+    # and the file that turns llama-common off is a tool argument of this machine, not a recorded option
+    assert data["left_out"] == [] and not any("PROJECT_llama.cpp_INCLUDE" in a for a in prep.cmake_args)
+    lean = prepare(p.project, WheelOptions(no_mtmd=True, no_common=True))
+    assert lean.provenance["left_out"] == ["mtmd", "llama-common"]
+    assert "-DLLAVA_BUILD=OFF" in lean.provenance["cmake_args"]
+    assert not any("INCLUDE" in a for a in lean.provenance["cmake_args"])
+    assert any(a.startswith("-DCMAKE_PROJECT_llama.cpp_INCLUDE=") and a.endswith("no_common.cmake")
+               for a in lean.cmake_args)
 
     # the version: bindings version + tag build number, patch count, series hash
     listing = "".join(f"{sha256(p.patches / n)}  {n}\n" for n in names)
@@ -199,6 +208,7 @@ def test_the_installed_module_reads_the_provenance(wproj: tuple[Proj, Path], tmp
     text = subprocess.run([sys.executable, "-m", "llama_cpp.patchset"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, check=True).stdout
     assert prep.version in text and "binding drift: llama_opt_epoch" in text
+    assert "left out" not in text
     for patch in prep.provenance["series"]["patches"]:
         assert patch["file"] in text and patch["sha256"] in text
 

@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--no-mtmd", action="store_true",
                    help="leave out the multimodal library (LLAVA_BUILD=OFF): faster, for tests")
+    p.add_argument("--no-common", action="store_true",
+                   help="leave out libllama-common.so, which the sdist builds and installs but nothing in llama_cpp "
+                        "loads: about half of a CPU wheel's compile time")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES for --backend cuda (default: ggml's list)")
     p.add_argument("--cmake-arg", action="append", default=[], metavar="-DNAME=VALUE",
                    help="one more CMake option for the tree (repeatable); recorded in the provenance")
@@ -38,6 +41,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     options = WheelOptions(
         backend=args.backend, out_dir=args.out.resolve() if args.out else None, sdist=args.sdist,
         sdist_sha256=args.sdist_sha256, strict=args.strict, jobs=args.jobs, no_mtmd=args.no_mtmd,
+        no_common=args.no_common,
         cuda_arch=args.cuda_arch, cmake_args=tuple(args.cmake_arg), use_ccache=not args.no_ccache,
     )
     r = build_wheel(project, options, CliProgress())

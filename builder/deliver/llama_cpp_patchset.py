@@ -41,6 +41,8 @@ def summary(data: Optional[Dict[str, Any]] = None) -> str:
             d["bindings"]["name"], d["bindings"]["version"], d["bindings"]["sdist_sha256"]),
         "series: {} patch(es), hash {}".format(d["series"]["count"], d["series"]["hash"]),
     ]
+    if d.get("left_out"):
+        lines.append("left out of this build: {}".format(", ".join(d["left_out"])))
     for i, p in enumerate(d["series"]["patches"], 1):
         status = (p["status"] + " " + p["status_ref"]).strip()
         lines.append("  {}. {} [{}]".format(i, p["file"], status))

@@ -127,6 +127,7 @@ def series_record(name: str, pin: Pin, series: Series, *, patched_commit: str, p
 def provenance(
     pin: Pin, series: Series, *, upstream_commit: str, patched_commit: str, patched_tree: str, bindings: Bindings,
     backend: str, cmake_args: tuple[str, ...], drift: list[dict[str, str]], bindings_series: dict | None = None,
+    left_out: list[str] | None = None,
 ) -> dict:
     """The content of `llama_cpp/patchset.json`: plain JSON types, keys in a fixed order.
 
@@ -163,6 +164,7 @@ def provenance(
         },
         "backend": backend,
         "cmake_args": list(cmake_args),
+        "left_out": list(left_out or []),
         "series": {
             "count": len(series.patches),
             "hash": series_hash(patch_records(series)),
@@ -185,7 +187,8 @@ def description_section(data: dict) -> str:
         f"`{data['bindings']['sdist_sha256']}`) with its vendored llama.cpp replaced by upstream "
         f"{up['name']} {up['tag'] or ''} (commit `{up['commit']}`, tree `{up['tree']}`) plus "
         f"{series['count']} patch(es) (series hash `{series['hash']}`); vendored tree "
-        f"`{data['vendored']['tree']}`; backend {data['backend']}.",
+        f"`{data['vendored']['tree']}`; backend {data['backend']}"
+        + (f"; left out: {', '.join(data['left_out'])}." if data.get("left_out") else "."),
         "",
         "| # | patch | upstream status | sha256 |",
         "| --- | --- | --- | --- |",

@@ -65,6 +65,8 @@ BINDINGS_SERIES = "bindings"
 PACKAGE = "llama_cpp"
 """The bindings' import package; the provenance goes into it."""
 MODULE_TEMPLATE = Path(__file__).with_name("llama_cpp_patchset.py")
+NO_COMMON_CMAKE = Path(__file__).parent / "data" / "no_common.cmake"
+"""Included by llama.cpp's project() for --no-common: the bindings force LLAMA_BUILD_COMMON on."""
 BACKENDS = WHEEL_BACKENDS
 _VERSION_LINE = re.compile(r"""^(__version__\s*=\s*)(["'])([^"']+)\2""", re.M)
 _WHEEL_MARK = "PATCHSET-WHEEL:"
@@ -87,6 +89,9 @@ class WheelOptions:
     jobs: int | None = None
     no_mtmd: bool = False
     """Leave out the multimodal library (the sdist's LLAVA_BUILD option): faster, for tests."""
+    no_common: bool = False
+    """Leave out llama-common (`lib/libllama-common.so`), which the sdist builds and installs but nothing in
+    the package loads (NO_COMMON_CMAKE): about half of a CPU wheel's compile time."""
     cuda_arch: str | None = None
     cmake_args: tuple[str, ...] = ()
     """More -D options for the tree's CMake, after ours."""
@@ -262,6 +267,11 @@ def _tree_id(work: WorkRepo, folder: Path, scratch: Path) -> str:
     return tree
 
 
+def left_out(options: WheelOptions) -> list[str]:
+    """The libraries of the sdist's build that this wheel leaves out, by the names of their CMake targets."""
+    return [name for name, out in (("mtmd", options.no_mtmd), ("llama-common", options.no_common)) if out]
+
+
 def _cmake_args(pin: Pin, prov_label: str, options: WheelOptions, src: Path, ccache: str | None) -> tuple[
         tuple[str, ...], tuple[str, ...]]:
     """(the args the provenance records, the tool args that are not part of what the wheel is)."""
@@ -288,6 +298,9 @@ def _cmake_args(pin: Pin, prov_label: str, options: WheelOptions, src: Path, cca
         if options.backend == "cuda":
             tools.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={ccache}")
     tools.append("-DGGML_CCACHE=OFF")
+    if options.no_common:
+        # a path of this machine: the provenance names what is left out instead (left_out)
+        tools.append(f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={NO_COMMON_CMAKE}")
     if sys.platform != "win32":
         # __FILE__ in GGML_ASSERT & co. would embed where the project happens to be checked out
         # (given on the command line, CMAKE_<LANG>_FLAGS no longer come from CFLAGS: keep those)
@@ -370,6 +383,7 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
         data = provenance(
             pin, series, upstream_commit=base, patched_commit=commit, patched_tree=work.git.tree_of(commit),
             bindings=bindings, backend=options.backend, cmake_args=recorded, drift=[d.as_dict() for d in drift],
+            left_out=left_out(options),
             bindings_series=second.record() if second is not None else None,
         )
         version = data["version"]

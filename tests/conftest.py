@@ -8,6 +8,7 @@ the real home that it, or a process it started, made (tests/homeguard.py).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import resource
@@ -31,6 +32,8 @@ from homeguard import home_guard, home_guard_session, pytest_configure, pytest_u
 
 from builder import console
 from builder.build import objc_toolchain as ot
+from builder.build.cmakebuild import BuildResult
+from builder.pipeline import run_build
 from builder.project import Project
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
@@ -278,6 +281,16 @@ def real_project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory)
     applied. Each module still runs alone: the first test that needs a build or a verify makes it.
     """
     return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
+
+
+@pytest.fixture(scope="session")
+def real_cpu_build(real_project: Project, tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
+    """`patchset build` of the real project's series for the CPU (minimal), once per worker, and made by one
+    worker at a time: the others wait for it and take every object from the shared compiler cache (the build
+    module and the wheel module's model both need it; two cold builds at once were twice the CPU for nothing)."""
+    with (run_dir(tmp_path_factory) / "real-cpu-build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return run_build(real_project, "cpu", "minimal")
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.build.cmakebuild import BuildResult
 from builder.build.testrun import FAILED, PASSED, series_ops
 from builder.build.toolchain import find_tool
 from builder.gitrepo import GitRepo
@@ -29,8 +30,8 @@ def project(real_project: Project) -> Project:
 
 
 @pytest.fixture(scope="module")
-def built(project: Project):
-    result = run_build(project, "cpu", "minimal")
+def built(project: Project, real_cpu_build: BuildResult) -> BuildResult:
+    result = real_cpu_build
     assert result.ok, f"build failed: {result.first_error} (log {result.log})"
     return result
 

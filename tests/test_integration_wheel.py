@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import hermetic_env
 
+from builder.build.cmakebuild import BuildResult
 from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
-from builder.pipeline import build_dir, run_build
 from builder.project import Project, load_project
 from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series
@@ -155,54 +155,6 @@ def test_installed_wheel_provenance_is_the_pin_and_the_series(venv: Path, projec
     text = subprocess.run([str(venv), "-m", "llama_cpp.patchset"], cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout
     assert pin.commit in text and all(p.name in text for p in [*series.patches, *bindings.patches])
-
-
-@pytest.fixture(scope="module")
-def opt_model(real_project: Project, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A llama model with random weights, written by the patched tree's own generator
-    (`test-llama-archs -a llama -o DIR`) from the session's CPU build (conftest.py real_project)."""
-    run_build(real_project, "cpu")
-    out = tmp_path_factory.mktemp("opt-model")
-    subprocess.run([str(build_dir(real_project, "cpu", "minimal") / "bin" / "test-llama-archs"), "-a", "llama",
-                    "-o", str(out)], check=True, capture_output=True)
-    return out / "llama-dense.gguf"
-
-
-def _bindings_test(py: Path, test: Path, model: Path, cwd: Path) -> tuple[int, str]:
-    """B1's test (`tests/test_llama_opt.py` of the bindings) run with the venv's pytest from an empty folder."""
-    shutil.copyfile(test, cwd / test.name)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["LLAMA_CPP_TEST_OPT_MODEL"] = str(model)
-    # the aborted epoch (the abort callback stops its first step: quick even at -O0)
-    r = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "aborted", test.name],
-                       cwd=cwd, capture_output=True, text=True, env=env, check=False, timeout=900)
-    return r.returncode, r.stdout + r.stderr
-
-
-def test_b1_returns_aborted_through_the_installed_wheel_and_is_proven_by_verify(
-        venv: Path, built: WheelResult, opt_model: Path, project: Project, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    test = built.prepared.source_dir / "tests" / "test_llama_opt.py"
-    (tmp_path / "after").mkdir()
-    rc, out = _bindings_test(venv, test, opt_model, tmp_path / "after")
-    assert rc == 0 and "1 passed" in out, out
-    # B1 proven by verify, its python test on the bindings' before and after trees against the library this
-    # wheel build left in its staged project (B1 changes Python only: nothing is compiled again)
-    monkeypatch.setenv("PATCHSET_PYTHON", str(venv))
-    monkeypatch.setenv("LLAMA_CPP_TEST_OPT_MODEL", str(opt_model))
-    start = time.monotonic()
-    [v] = verify(project.series("bindings"), backends=["cpu"], reuse=False).verdicts
-    print(f"\nverify --series bindings: {time.monotonic() - start:.0f} s")
-    assert v.outcome == PROVEN, v.reason
-    assert v.evidence_json is not None
-    steps = {s["tree"]: s for s in json.loads(v.evidence_json.read_text())["steps"]}
-    assert (steps["before"]["verdict"], steps["after"]["verdict"]) == ("fails", "passes")
-    lib = built.prepared.source_dir / "llama_cpp" / "lib"
-    assert all(str(lib) in s["build_command"] for s in steps.values())
-    assert (steps["after"]["tests"][0]["passed"], steps["before"]["tests"][0]["passed"]) == (2, 0)
-    # without B1 the status is lost (None), not a name missing from the bindings
-    assert any("returned None, not a ggml_status" in line for line in steps["before"]["tests"][0]["failing"]), \
-        steps["before"]
 
 
 ACC_CODE = """\
@@ -380,3 +332,52 @@ def test_drift_reports_llama_opt_epoch_without_b1_and_nothing_with_it_or_on_the_
     every = drift.check(before, before, bindings, typedef_sources=typedefs,
                         functions=sorted(drift.parse_header(before, typedefs)))
     assert {d.problem for d in every} <= {"not declared in the bindings"}
+
+
+# last in the module: its model needs the series' CPU build, which the build module's worker may still be making
+@pytest.fixture(scope="module")
+def opt_model(real_cpu_build: BuildResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A llama model with random weights, written by the patched tree's own generator
+    (`test-llama-archs -a llama -o DIR`) from the session's CPU build (conftest.py real_cpu_build)."""
+    assert real_cpu_build.ok, real_cpu_build.failure
+    out = tmp_path_factory.mktemp("opt-model")
+    subprocess.run([str(real_cpu_build.bin_dir / "test-llama-archs"), "-a", "llama", "-o", str(out)],
+                   check=True, capture_output=True)
+    return out / "llama-dense.gguf"
+
+
+def _bindings_test(py: Path, test: Path, model: Path, cwd: Path) -> tuple[int, str]:
+    """B1's test (`tests/test_llama_opt.py` of the bindings) run with the venv's pytest from an empty folder."""
+    shutil.copyfile(test, cwd / test.name)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["LLAMA_CPP_TEST_OPT_MODEL"] = str(model)
+    # the aborted epoch (the abort callback stops its first step: quick even at -O0)
+    r = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "aborted", test.name],
+                       cwd=cwd, capture_output=True, text=True, env=env, check=False, timeout=900)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_b1_returns_aborted_through_the_installed_wheel_and_is_proven_by_verify(
+        venv: Path, built: WheelResult, opt_model: Path, project: Project, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    test = built.prepared.source_dir / "tests" / "test_llama_opt.py"
+    (tmp_path / "after").mkdir()
+    rc, out = _bindings_test(venv, test, opt_model, tmp_path / "after")
+    assert rc == 0 and "1 passed" in out, out
+    # B1 proven by verify, its python test on the bindings' before and after trees against the library this
+    # wheel build left in its staged project (B1 changes Python only: nothing is compiled again)
+    monkeypatch.setenv("PATCHSET_PYTHON", str(venv))
+    monkeypatch.setenv("LLAMA_CPP_TEST_OPT_MODEL", str(opt_model))
+    start = time.monotonic()
+    [v] = verify(project.series("bindings"), backends=["cpu"], reuse=False).verdicts
+    print(f"\nverify --series bindings: {time.monotonic() - start:.0f} s")
+    assert v.outcome == PROVEN, v.reason
+    assert v.evidence_json is not None
+    steps = {s["tree"]: s for s in json.loads(v.evidence_json.read_text())["steps"]}
+    assert (steps["before"]["verdict"], steps["after"]["verdict"]) == ("fails", "passes")
+    lib = built.prepared.source_dir / "llama_cpp" / "lib"
+    assert all(str(lib) in s["build_command"] for s in steps.values())
+    assert (steps["after"]["tests"][0]["passed"], steps["before"]["tests"][0]["passed"]) == (2, 0)
+    # without B1 the status is lost (None), not a name missing from the bindings
+    assert any("returned None, not a ggml_status" in line for line in steps["before"]["tests"][0]["failing"]), \
+        steps["before"]

@@ -241,6 +241,32 @@ def test_libllama_is_built_only_for_a_test_that_includes_its_headers(tmp_path: P
     assert out.stdout == "  calc(x=1): OK\n"
 
 
+@pytest.mark.skipif(find_ccache() is None, reason="no ccache here (the project's [ccache] extra)")
+def test_llamas_unity_batches_compile_from_the_cache_in_another_folder(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # as the tree's src/CMakeLists.txt does for its model sources: verify's folder takes them from the cache
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    unity = LLAMA_FILES["src/CMakeLists.txt"].replace("llama.cpp)", "llama.cpp model.cpp)") + (
+        "set_target_properties(llama PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)\n")
+    for root in (tmp_path / "work", tmp_path / "verify" / "src"):
+        make_llama_tree(root)
+        (root / "src" / "CMakeLists.txt").write_text(unity)
+        (root / "src" / "model.cpp").write_text('#include "llama.h"\nint llama_model_calc(int x) { return x; }\n')
+    programs = ("test-calc", "test-llama-calc")
+    first = build(dataclasses.replace(spec(tmp_path / "work", tmp_path / "build-a"), programs=programs,
+                                      use_ccache=True))
+    assert first.ok and first.ccache_misses, first.log.read_text()[-2000:]
+    assert list((tmp_path / "build-a").rglob("unity_*_cxx.cxx"))
+    other = build(dataclasses.replace(spec(tmp_path / "verify" / "src", tmp_path / "build-b"), programs=programs,
+                                      use_ccache=True))
+    assert other.ok and other.ccache_misses == 0 and other.ccache_hits == first.ccache_misses
+    # found by their own name and content, not after running the preprocessor (a unity source that includes
+    # each file by its absolute path differs in every folder: only its preprocessed output matched)
+    stats = dict(line.split("\t") for line in subprocess.run([str(find_ccache()), "--print-stats"],
+                 capture_output=True, text=True, check=True).stdout.splitlines() if "\t" in line)
+    assert stats["preprocessed_cache_hit"] == "0" and stats["direct_cache_hit"] == str(other.ccache_hits), stats
+
+
 def test_a_llama_function_that_falls_off_its_end_does_not_build(tmp_path: Path) -> None:
     # a reverted hunk that drops a `return` must not build (and run on whatever the register held)
     tree = make_llama_tree(tmp_path / "tree", LLAMA_CPP.replace("{ return calc(x); }", "{ calc(x); }"))

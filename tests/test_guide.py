@@ -68,7 +68,7 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     assert 0 < len(skipped) <= MAX_SKIPPED, skipped
     up = make_upstream(tmp_path)
     c0 = up.advance({"src/a.c": None, "src/b.c": None, "tests/test-x.c": None, "README": "mini llama\n",
-                     "ggml/CMakeLists.txt": "add_library(ggml STATIC src/calc.c)\n"
+                     "ggml/CMakeLists.txt": "add_library(ggml OBJECT src/calc.c)\n"
                                             "target_include_directories(ggml PUBLIC include)\n",
                      "ggml/include/calc.h": CALC_MUL_H, "ggml/src/calc.c": CALC_MUL_C,
                      "tests/test-opt.cpp": program("OPT", "calc_add(1, 1)", 2),

@@ -39,8 +39,9 @@ int calc_neg(int a);
 }
 #endif
 """
+# an object library: no ar and ranlib per build (test_cli_pipeline.UPSTREAM)
 GGML_CMAKE = """\
-add_library(ggml STATIC src/calc.c)
+add_library(ggml OBJECT src/calc.c)
 target_include_directories(ggml PUBLIC include)
 """
 

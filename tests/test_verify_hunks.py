@@ -52,7 +52,7 @@ FIXED_C = (CALC_C.replace("    return a - b;", "    return a + b + CALC_ZERO;")
            .replace("    return a;\n", "    return a < 0 ? 0 : a;\n")
            .replace("/* multiply two numbers */", "/* the product of two numbers */"))
 FIXED_H = CALC_H.replace('extern "C" {\n#endif\n', 'extern "C" {\n#endif\n#define CALC_ZERO 0\n')
-GGML_CMAKE = "add_library(ggml STATIC src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
+GGML_CMAKE = "add_library(ggml OBJECT src/calc.c)\ntarget_include_directories(ggml PUBLIC include)\n"
 EXEMPT = "Patchset-Hunk: ggml/src/calc.c:calc_clamp() exempt: no caller passes a negative value yet\n"
 
 

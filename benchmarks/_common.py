@@ -40,6 +40,19 @@ def scratch_project(base: Path) -> Path:
     return dest
 
 
+def applied_project(base: Path, cache: str | None):  # -> builder.project.Project
+    """`scratch_project` in `base`, loaded with its own state folder and the series applied on the pin
+    (fetched from `cache`, a PATCHSET_CACHE, else into a temporary one in `base`)."""
+    sys.path.insert(0, str(ROOT))
+    from builder.project import load_project  # noqa: PLC0415 (the scripts put the project on sys.path first)
+    from builder.series.apply import apply  # noqa: PLC0415
+
+    root = scratch_project(base)
+    project = load_project(root=root, state_dir=root / ".patchset", cache_dir=Path(cache) if cache else base / "cache")
+    apply(project)
+    return project
+
+
 def patchset(project: Path, *args: str, env: dict[str, str] | None = None) -> float:
     """Run the CLI as a user would (a new process each time); returns the wall time."""
     full_env = {**os.environ, **(env or {})}

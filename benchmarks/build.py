@@ -12,15 +12,12 @@ import argparse
 import os
 import shutil
 import sys
-from pathlib import Path
 
-from _common import ROOT, row, scratch_project, tempdir, timed
+from _common import ROOT, applied_project, row, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
 from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
-from builder.project import load_project
-from builder.series.apply import apply
 
 
 def main() -> None:
@@ -31,10 +28,7 @@ def main() -> None:
     base = tempdir("patchset-bench-build-")
     os.environ["CCACHE_DISABLE"] = "1"  # cold means cold: no compiler cache on either path
     try:
-        root = scratch_project(base)
-        project = load_project(root=root, state_dir=root / ".patchset",
-                               cache_dir=Path(args.cache) if args.cache else base / "cache")
-        apply(project)
+        project = applied_project(base, args.cache)
         src = project.work_repo
         minimal = BuildSpec(src, base / "minimal", "cpu", "minimal", DEFAULT_PROGRAMS, jobs=args.jobs,
                             use_ccache=False)

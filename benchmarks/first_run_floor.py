@@ -18,16 +18,13 @@ import datetime
 import os
 import shutil
 import sys
-from pathlib import Path
 
-from _common import ROOT, cpu_now, scratch_project, tempdir, timed
+from _common import ROOT, applied_project, cpu_now, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
 from builder.build.cmakebuild import BuildSpec, build
 from builder.pipeline import programs_for
-from builder.project import load_project
-from builder.series.apply import apply
 from builder.series.model import load_series
 
 GOAL_S = 120.0
@@ -50,10 +47,7 @@ def main() -> None:
     os.environ["CCACHE_DISABLE"] = "1"
     os.environ.pop("PATCHSET_CMAKE_ARGS", None)
     try:
-        root = scratch_project(base)
-        project = load_project(root=root, state_dir=root / ".patchset",
-                               cache_dir=Path(args.cache) if args.cache else base / "cache")
-        apply(project)
+        project = applied_project(base, args.cache)
         src = project.work_repo
         programs = programs_for(src, load_series(project.patches_dir))
         compilers = [("default (cc, c++)", ())]

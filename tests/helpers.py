@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -509,3 +510,17 @@ def real_pin_moved_on(cache: Path, dest: Path, mails: list[Path]) -> list[Path]:
                                      repository=pin.repository, tag=None, date="2026-10-02"))
         pins.append(pin_file)
     return pins
+
+
+def compiled_sources(compiled: list[Path]) -> set[str]:
+    """The names of the source files behind compiled files (sources, or their objects X.cpp.o): each file a
+    unity batch of CMake includes, in its place (the suite compiles libllama and llama-common in batches,
+    PATCHSET_LLAMA_UNITY in tests/conftest.py)."""
+    names: set[str] = set()
+    for path in compiled:
+        source = path.with_suffix("") if path.suffix == ".o" else path
+        if source.parent.name == "Unity":
+            names |= {Path(inc).name for inc in re.findall(r'^#include "([^"]+)"', source.read_text(), re.M)}
+        else:
+            names.add(source.name)
+    return names

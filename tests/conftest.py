@@ -64,10 +64,9 @@ _GITCONFIG = """\
 """
 
 TEST_CMAKE_ARGS = ("'-DCMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG' '-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG' "
-                   "-DPATCHSET_LLAMA_UNITY=ON")
-"""PATCHSET_CMAKE_ARGS of every test (hermetic_env): -O0, libllama and llama-common as unity batches
-(CONTRIBUTING.md). Tried and left out: the test programs at -Og (test-backend-ops.cpp compiles in 17 s instead
-of 21, but its test mode runs up to a third longer: no gain measurable over the suite), clang (libllama compiles
+                   "-DPATCHSET_TEST_OPT=-Og -DPATCHSET_LLAMA_UNITY=ON")
+"""PATCHSET_CMAKE_ARGS of every test (hermetic_env): -O0, the test programs at -Og and libllama and llama-common
+as unity batches (CONTRIBUTING.md: measured side by side). Tried and left out: clang (libllama compiles
 at -O0 in 0.75 of GCC's CPU time, but its -O0 code ran the test programs about 1.8 times slower: the build
 module 797 -> 858 s in a CI rehearsal), unity batches for ggml too (its hunks' pre-checks read each source's
 compile command) and binutils' gold (a third of BFD's CPU on a link, but in a CI rehearsal with it a reverted

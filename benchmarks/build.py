@@ -17,7 +17,7 @@ from _common import ROOT, applied_project, row, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
+from builder.compile.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from _common import ROOT, applied_project, cpu_now, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder.build.cmakebuild import BuildSpec, build
+from builder.compile.cmakebuild import BuildSpec, build
 from builder.pipeline import programs_for
 from builder.series.model import load_series
 

@@ -35,7 +35,7 @@ from _common import ROOT, scratch_project, tempdir
 
 sys.path.insert(0, str(ROOT))
 
-from builder.build.cmakebuild import BuildSpec, build
+from builder.compile.cmakebuild import BuildSpec, build
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import GitRepo
 from builder.project import default_cache_dir, load_project

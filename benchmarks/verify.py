@@ -34,8 +34,8 @@ from _common import ROOT, cpu_now, row, scratch_project, tempdir, timed
 
 sys.path.insert(0, str(ROOT))
 
-from builder.build import testrun
-from builder.build.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
+from builder.compile import testrun
+from builder.compile.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
 from builder.prove.treebuild import invocation
 from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, available_backends, verify

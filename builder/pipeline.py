@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import cmakebuild as buildmod
-from builder.build import metalcheck, testrun
+from builder.compile import cmakebuild as buildmod
+from builder.compile import metalcheck, testrun
 from builder.errors import BuildError, InputError, TestRunError
 from builder.gitrepo import GitRepo
 from builder.locking import project_lock

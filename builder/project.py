@@ -55,7 +55,7 @@ class Project:
 
     @property
     def platform_cache(self) -> Path:
-        """CMake's compiler detection, kept for new build folders (builder/build/platformseed.py):
+        """CMake's compiler detection, kept for new build folders (builder/compile/platformseed.py):
         `$PATCHSET_PLATFORM_CACHE`, else `cmake-platform` in the cache."""
         env = os.environ.get("PATCHSET_PLATFORM_CACHE")
         return Path(env) if env else self.cache_dir / "cmake-platform"

@@ -31,8 +31,8 @@ from helpers import (
 from homeguard import home_guard, home_guard_session, pytest_configure, pytest_unconfigure, real_home
 
 from builder import console
-from builder.build import objc_toolchain as ot
-from builder.build.cmakebuild import BuildResult
+from builder.compile import objc_toolchain as ot
+from builder.compile.cmakebuild import BuildResult
 from builder.pipeline import run_build
 from builder.project import Project
 from builder.upstream import fetch as upstream
@@ -187,7 +187,7 @@ def shared_compiler_cache(mp: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     mp.setenv("CCACHE_DIR", str(ccache))
     for var in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
         mp.delenv(var, raising=False)
-    # and one store of CMake's compiler detection (builder/build/platformseed.py): each test has its own
+    # and one store of CMake's compiler detection (builder/compile/platformseed.py): each test has its own
     # PATCHSET_CACHE, and a detection is two thirds of a small tree's configure
     mp.setenv("PATCHSET_PLATFORM_CACHE", str(run_dir(tmp_path_factory) / "cmake-platform"))
     return ccache

@@ -13,7 +13,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import metalcheck, objc_toolchain
+from builder.compile import metalcheck, objc_toolchain
 from builder.errors import BuildError
 from builder.gitrepo import GitRepo, init_repo
 from builder.project import Project, load_project

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from builder.build.toolchain import CcacheStats
+from builder.compile.toolchain import CcacheStats
 from builder.orchestrate.phases import SCHEMA, AllReport, Phase
 from builder.prove.verify import stand_in
 from builder.series.model import load_series

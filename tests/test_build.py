@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import compiled_sources, objc_toolchain_found
 
-from builder.build import cmakebuild, metalcheck, sdiag
-from builder.build.cmakebuild import BuildSpec, build, first_error
-from builder.build.toolchain import find_ccache, find_tool
+from builder.compile import cmakebuild, metalcheck, sdiag
+from builder.compile.cmakebuild import BuildSpec, build, first_error
+from builder.compile.toolchain import find_ccache, find_tool
 from builder.errors import BuildError, InputError
 from builder.prove import evidence
 

@@ -27,8 +27,8 @@ from helpers import (
 )
 from test_verify import GGML_CMAKE, commit_files, git, init_upstream
 
-from builder.build import testrun
 from builder.cli import main
+from builder.compile import testrun
 from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import compiled_sources
 
-from builder.build.cmakebuild import BuildResult
-from builder.build.testrun import FAILED, PASSED, series_ops
-from builder.build.toolchain import find_tool
+from builder.compile.cmakebuild import BuildResult
+from builder.compile.testrun import FAILED, PASSED, series_ops
+from builder.compile.toolchain import find_tool
 from builder.gitrepo import GitRepo
 from builder.pipeline import run_build, run_tests
 from builder.project import Project

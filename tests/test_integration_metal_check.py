@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import copy_real_project, objc_toolchain_found
 
-from builder.build import metalcheck
+from builder.compile import metalcheck
 from builder.gitrepo import GitRepo
 from builder.pipeline import declared_tests, run_build
 from builder.project import Project

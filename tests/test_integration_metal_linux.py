@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import proc
-from builder.build import objc_toolchain as ot
+from builder.compile import objc_toolchain as ot
 from builder.project import Project
 from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series

@@ -15,7 +15,7 @@ import pytest
 from helpers import objc_mirror
 
 from builder import proc
-from builder.build import objc_toolchain as ot
+from builder.compile import objc_toolchain as ot
 
 RECIPE = ot.load_recipe().upto("libobjc2")
 MIRROR = objc_mirror([a.file for a in RECIPE.archives])

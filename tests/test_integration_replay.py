@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
-from builder.build.replay import read_trace
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
+from builder.compile.replay import read_trace
 from builder.gitrepo import GitRepo
 from builder.pipeline import build_dir, run_tests
 from builder.project import Project

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import hermetic_env
 
-from builder.build.cmakebuild import BuildResult
+from builder.compile.cmakebuild import BuildResult
 from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
 from builder.project import Project, load_project

@@ -1,6 +1,6 @@
 """The package's layers, read from its import graph: each module imports only its own layer and those below.
 
-upstream -> series -> build -> prove -> deliver -> orchestrate -> commands: the pin and its cache;
+upstream -> series -> compile -> prove -> deliver -> orchestrate -> commands: the pin and its cache;
 the patch series and the work repository; building the patched tree and running its tests; the
 proofs; what leaves the machine (PR packages, wheels); the verbs that chain several of those
 (`bump`); the CLI. An orchestrator in a lower layer (as `bump` was, in series/) would let that
@@ -16,14 +16,14 @@ import builder
 
 PACKAGE = Path(builder.__file__).parent
 
-LAYERS = ("base", "upstream", "series", "build", "prove", "deliver", "orchestrate", "commands")
+LAYERS = ("base", "upstream", "series", "compile", "prove", "deliver", "orchestrate", "commands")
 
 MODULE_LAYER = {
     # what every layer uses: errors, the subprocess runner, files, git, locks, progress, the project's paths
     "builder": "base", "builder.errors": "base", "builder.proc": "base", "builder.fsutil": "base",
     "builder.gitrepo": "base", "builder.locking": "base", "builder.progress": "base", "builder.project": "base",
-    # the project's patched tree made, built and tested: series and build together, under prove and deliver
-    "builder.pipeline": "build",
+    # the project's patched tree made, built and tested: series and compile together, under prove and deliver
+    "builder.pipeline": "compile",
     # cleans up after every layer (the cache's temporary folders, verify refs, backups)
     "builder.gc": "orchestrate",
     # output is the CLI's alone

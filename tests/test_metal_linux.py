@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import reuse_objc_toolchain
 
-from builder.build import cmakebuild
-from builder.build import objc_toolchain as ot
-from builder.build.cmakebuild import BuildSpec
-from builder.build.toolchain import find_tool
+from builder.compile import cmakebuild
+from builder.compile import objc_toolchain as ot
+from builder.compile.cmakebuild import BuildSpec
+from builder.compile.toolchain import find_tool
 from builder.errors import InputError
 from builder.prove.verify import available_backends
 from builder.series.model import BACKENDS

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import objc_toolchain as ot
 from builder.cli import main
+from builder.compile import objc_toolchain as ot
 from builder.errors import BuildError, SourceError
 
 # installs {src}/lib.txt as {prefix}/lib/<name>.txt, after checking the earlier archives' files are

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_testrun import compile_c
 
-from builder.build import cmakebuild as buildmod
-from builder.build.replay import read_trace, trace_notes
-from builder.build.testrun import FAIL, FAILED, PASS, Invocation, parse_console, plan, run_program
+from builder.compile import cmakebuild as buildmod
+from builder.compile.replay import read_trace, trace_notes
+from builder.compile.testrun import FAIL, FAILED, PASS, Invocation, parse_console, plan, run_program
 from builder.errors import InputError, TestRunError
 from builder.prove import evidence as ev
 from builder.prove.verify import available_backends

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import Proj
 
-from builder.build.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console, run_program
 from builder.cli import main
+from builder.compile.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console, run_program
 from builder.progress import NullProgress
 from builder.prove.sweep import (
     FAILING_IN_BOTH,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.reports import junit_xml, report_dict
-from builder.build.testrun import (
+from builder.compile.reports import junit_xml, report_dict
+from builder.compile.testrun import (
     CRASHED,
     FAIL,
     FAILED,

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.toolchain import find_ccache
 from builder.cli import build_parser, main
+from builder.compile.toolchain import find_ccache
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_verify import GGML_CMAKE, commit_files, init_upstream, write_project
 
-from builder.build import testrun
+from builder.compile import testrun
 from builder.deliver import evidence_facts
 from builder.project import load_project
 from builder.prove import cases

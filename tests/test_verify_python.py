@@ -186,7 +186,7 @@ def test_a_test_module_that_does_not_import_does_not_load_and_a_crash_is_in_its_
     """What one run says, read from the plugin's record: an ImportError at collection (pytest wraps it in
     its CollectError) is `does not load`, not a failing case; an interpreter that dies is a crash in
     the test it was in."""
-    from builder.build import testrun  # noqa: PLC0415
+    from builder.compile import testrun  # noqa: PLC0415
     from builder.prove import pytests  # noqa: PLC0415
 
     tree = tmp_path / "tree"

@@ -18,8 +18,8 @@ import pytest
 from helpers import Proj, commit, git, make_project, make_sdist, make_upstream, sha256
 from packaging.version import Version
 
-from builder.build.toolchain import find_ccache
 from builder.cli import main
+from builder.compile.toolchain import find_ccache
 from builder.deliver.provenance import PatchRecord, local_label, patch_records, series_hash, wheel_version
 from builder.deliver.wheel import MODULE_TEMPLATE, WheelOptions, prepare, resolve_sdist, sync_tree
 from builder.errors import DriftError, InputError, SourceError, WorkTreeError

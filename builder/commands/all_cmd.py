@@ -7,16 +7,16 @@ from pathlib import Path
 from rich.table import Table
 
 from builder import proc
-from builder.build import cmakebuild as buildmod
-from builder.build.cmakebuild import PROFILES
-from builder.build.reports import report_dict, write_junit
-from builder.build.toolchain import CcacheStats
 from builder.commands import jsonout
 from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
 from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_verdicts
+from builder.compile import cmakebuild as buildmod
+from builder.compile.cmakebuild import PROFILES
+from builder.compile.reports import report_dict, write_junit
+from builder.compile.toolchain import CcacheStats
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.locking import project_lock

@@ -3,8 +3,8 @@ from __future__ import annotations
 import argparse
 
 from builder import proc
-from builder.build.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.commands import jsonout
+from builder.compile.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.pipeline import run_build

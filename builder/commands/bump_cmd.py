@@ -5,13 +5,13 @@ import argparse
 from rich.markup import escape
 
 from builder import proc
-from builder.build.cmakebuild import PROFILES
-from builder.build.testrun import MODES
 from builder.commands import jsonout
 from builder.commands.rebase_cmd import print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
 from builder.commands.verify_cmd import print_not_here, print_verdicts, verify_json
+from builder.compile.cmakebuild import PROFILES
+from builder.compile.testrun import MODES
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.orchestrate.bump import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult, bump

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from rich.table import Table
 
-from builder.build.testrun import series_ops
 from builder.commands import jsonout
+from builder.compile.testrun import series_ops
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.fsutil import atomic_write

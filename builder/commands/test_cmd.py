@@ -6,10 +6,10 @@ from pathlib import Path
 from rich.table import Table
 
 from builder import proc
-from builder.build.cmakebuild import PROFILES, TARGET_SETS
-from builder.build.reports import report_dict, write_junit
-from builder.build.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.commands import jsonout, sweep_view
+from builder.compile.cmakebuild import PROFILES, TARGET_SETS
+from builder.compile.reports import report_dict, write_junit
+from builder.compile.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.console import console
 from builder.errors import Outcome
 from builder.pipeline import run_tests

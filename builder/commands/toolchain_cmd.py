@@ -4,7 +4,7 @@ import argparse
 import os
 from pathlib import Path
 
-from builder.build import objc_toolchain
+from builder.compile import objc_toolchain
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
@@ -15,7 +15,7 @@ HELP = ("build a toolchain the project needs into the patchset cache, or reuse i
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("which", choices=["objc"], help="the toolchain (objc: builder/build/data/objc_toolchain.json)")
+    p.add_argument("which", choices=["objc"], help="the toolchain (objc: builder/compile/data/objc_toolchain.json)")
     p.add_argument("--mirror", type=Path, metavar="DIR",
                    help="a folder holding the recipe's source archives (CI: ../shared/third_party); "
                         "default: <cache>/downloads/objc")

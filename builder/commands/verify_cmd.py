@@ -6,9 +6,9 @@ from pathlib import Path
 from rich.table import Table
 
 from builder import proc
-from builder.build.cmakebuild import PROFILES
 from builder.commands import jsonout, options
 from builder.commands.test_cmd import add_timeout
+from builder.compile.cmakebuild import PROFILES
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project

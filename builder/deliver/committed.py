@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from builder.build import cmakebuild as buildmod
+from builder.compile import cmakebuild as buildmod
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.errors import InputError

@@ -35,8 +35,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from builder import proc
-from builder.build.cmakebuild import first_error, profile
-from builder.build.toolchain import CcacheStats, ccache_stats, find_ccache, find_tool
+from builder.compile.cmakebuild import first_error, profile
+from builder.compile.toolchain import CcacheStats, ccache_stats, find_ccache, find_tool
 from builder.deliver import WHEEL_BACKENDS
 from builder.deliver import drift as driftmod
 from builder.deliver.provenance import (

@@ -41,8 +41,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
 from builder.errors import (
     BuildError,
     ConflictError,

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.build.toolchain import CcacheStats, ccache_stats, find_ccache
+from builder.compile.toolchain import CcacheStats, ccache_stats, find_ccache
 from builder.fsutil import atomic_write_text
 
 SCHEMA = "patchset-all/1"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import proc
-from builder.build.toolchain import find_tool
+from builder.compile.toolchain import find_tool
 from builder.errors import PatchsetError
 from builder.gitrepo import GitRepo
 

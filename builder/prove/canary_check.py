@@ -12,8 +12,8 @@ tree one file away from the last one built recompiles that file.
 
 from __future__ import annotations
 
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
 from builder.errors import InputError
 from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink

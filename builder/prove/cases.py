@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.build import testrun
+from builder.compile import testrun
 from builder.series.model import GuardRule
 
 # how a case ran on one tree

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build.cmakebuild import CMAKE_ARGS_ENV, user_cmake_args
+from builder.compile.cmakebuild import CMAKE_ARGS_ENV, user_cmake_args
 from builder.errors import ProcessError
 from builder.fsutil import atomic_write_text
 from builder.prove import cases

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from builder.build import testrun
+from builder.compile import testrun
 from builder.prove import evidence as ev
 from builder.series.model import Patch
 

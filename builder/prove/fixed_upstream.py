@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import hunks as hk

@@ -6,7 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import testrun
+from builder.compile import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
 from builder.prove.treebuild import Limits, TreeBuilder, limit_of

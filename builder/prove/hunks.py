@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builder import proc
-from builder.build import cmakebuild as buildmod
+from builder.compile import cmakebuild as buildmod
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
 from builder.series.model import HunkRule, Patch

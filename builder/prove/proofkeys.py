@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from builder.build import cmakebuild as buildmod
+from builder.compile import cmakebuild as buildmod
 from builder.fsutil import sha256_file
 from builder.project import Project
 from builder.prove import affected, pytests

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import proc
-from builder.build import testrun
+from builder.compile import testrun
 from builder.errors import InputError, TestRunError
 from builder.gitrepo import GitRepo
 from builder.project import Project

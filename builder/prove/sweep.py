@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builder import proc
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
-from builder.build.testrun import CRASH, FAIL, PASS, SKIP, CaseResult, Invocation, ProgramResult
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
+from builder.compile.testrun import CRASH, FAIL, PASS, SKIP, CaseResult, Invocation, ProgramResult
 from builder.errors import BuildError, InputError, ProcessError
 from builder.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
 from builder.progress import NullProgress, ProgressSink

@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from builder.build import cmakebuild as buildmod
-from builder.build import testrun
-from builder.build.toolchain import find_tool
+from builder.compile import cmakebuild as buildmod
+from builder.compile import testrun
+from builder.compile.toolchain import find_tool
 from builder.errors import InputError
 from builder.pipeline import programs_for
 from builder.progress import ProgressSink

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.build import cmakebuild as buildmod
-from builder.build import objc_toolchain, testrun
+from builder.compile import cmakebuild as buildmod
+from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir

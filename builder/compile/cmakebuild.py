@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build import llamacommon, objc_toolchain, platformseed
-from builder.build.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
+from builder.compile import llamacommon, objc_toolchain, platformseed
+from builder.compile.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress, ProgressSink
@@ -153,7 +153,7 @@ class BuildSpec:
     """The tree id of `source` as built, uncommitted edits included (recorded with the build)."""
     platform_cache: Path | None = None
     """Where a new build folder takes CMake's compiler detection from, and leaves it for the next
-    (builder/build/platformseed.py; None: every new folder detects for itself)."""
+    (builder/compile/platformseed.py; None: every new folder detects for itself)."""
 
 
 @dataclass(frozen=True)
@@ -340,7 +340,7 @@ def build(spec: BuildSpec, progress: ProgressSink | None = None) -> BuildResult:
     """Configure (when needed) and build; a failed build is a result with ok=False, not an exception.
 
     A minimal build whose test programs link llama-common compiles only the sources of it they reach
-    (builder/build/llamacommon.py). When that build fails with no compiler or CMake error, as a link
+    (builder/compile/llamacommon.py). When that build fails with no compiler or CMake error, as a link
     that misses a symbol does, it is built once more with all of llama-common, and that result stands.
     """
     progress = progress or NullProgress()

@@ -3,7 +3,7 @@ clang's `-fobjc-runtime=gnustep-2.0` targets), GNUstep make and GNUstep base, bu
 archives into the patchset cache.
 
 What is built, from which archive (URL, version, sha256), with which source fixes and which steps,
-is data: `builder/build/data/objc_toolchain.json`. The archives are taken from a mirror folder
+is data: `builder/compile/data/objc_toolchain.json`. The archives are taken from a mirror folder
 (`--mirror`, CI: `../shared/third_party`) and checked against their sha256 before anything is
 unpacked. The toolchain lies in `<cache>/toolchains/objc-<key>`, the key a hash of the archives'
 sha256 and the recipe; it is built in a temporary folder of the cache and renamed into place only
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build.toolchain import find_tool
+from builder.compile.toolchain import find_tool
 from builder.errors import BuildError, InputError, SourceError
 from builder.fsutil import atomic_write_text, sha256_file
 from builder.locking import hold
@@ -306,7 +306,7 @@ def _keep_log(log: Path, final: Path) -> Path:
     return kept
 
 
-DOC_BEGIN = "<!-- objc-toolchain: generated from builder/build/data/objc_toolchain.json; do not edit -->"
+DOC_BEGIN = "<!-- objc-toolchain: generated from builder/compile/data/objc_toolchain.json; do not edit -->"
 DOC_END = "<!-- /objc-toolchain -->"
 
 

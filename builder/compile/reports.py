@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from builder.build.testrun import CRASH, FAIL, SKIP, ProgramResult, TestReport
+from builder.compile.testrun import CRASH, FAIL, SKIP, ProgramResult, TestReport
 from builder.fsutil import atomic_write
 
 

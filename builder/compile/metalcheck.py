@@ -7,7 +7,7 @@ from). Nothing is linked or run.
 Before compiling, the Apple names the tree uses (`MTL*`, `NS*`, `dispatch_*`, ...) are compared
 with the names the stand-in and GNUstep declare: a pin that uses new API fails with the list of
 what the stand-in lacks, not with a compiler error per use. Errors come from clang's serialized
-diagnostics (`builder/build/sdiag.py`), never from its text.
+diagnostics (`builder/compile/sdiag.py`), never from its text.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import proc
-from builder.build import sdiag
-from builder.build.cmakebuild import BuildResult, CompilerError
+from builder.compile import sdiag
+from builder.compile.cmakebuild import BuildResult, CompilerError
 from builder.errors import BuildError
 from builder.fsutil import atomic_write_text
 

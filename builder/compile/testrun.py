@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
-from builder.build import replay
+from builder.compile import replay
 from builder.errors import TestRunError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -306,3 +306,27 @@ def test_a_test_that_passes_on_the_old_pin_too_or_is_flaky_is_never_fixed_upstre
     assert f"| 1 | {names[0]} | clean | cannot tell |" in text
     assert f"| 2 | {names[1]} | clean | cannot tell |" in text
     assert "passes on the old pin too: the test does not show the bug here" in text
+
+
+def test_a_diff_upstream_holds_while_its_test_fails_stops_the_bump_as_a_regression(
+        mini: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    """Upstream takes patch 1's diff byte for byte (it applies in reverse: `already upstream`) but
+    then breaks calc_sub another way: a header macro outside the patch's lines. Patch 1's own test
+    fails on the new upstream (`not fixed upstream`). Upstream holding the diff while the test
+    fails is a regression upstream: the bump stops (exit 1, "a patch regressed"), drops nothing and
+    changes nothing, with --drop-fixed too (issue 47 point 7)."""
+    header = git(mini.upstream.src, "show", "HEAD:ggml/include/calc.h") + "\n"
+    new = mini.upstream.advance({
+        "ggml/src/calc.c": "#define CALC_IMPL\n" + SUB_FIX, "tests/test-sub.cpp": TEST_SUB,
+        "ggml/include/calc.h": header + "#ifndef CALC_IMPL\n#define calc_sub(a, b) calc_add(a, b)\n#endif\n"},
+        "calc: fix sub, and route it through add\n")
+    before = state(mini)
+
+    assert bump(mini, new, "--drop-fixed") == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"failed at rebase ({NAMES[0]})" in out
+    assert (f"{NAMES[0]}: upstream holds its diff byte for byte, but its own test fails there "
+            "(not fixed upstream): a regression upstream") in out
+    assert state(mini) == before and not (mini.patches / "dropped").exists()
+    text = reports(mini)[0].read_text()
+    assert "FAILED at rebase (regressed upstream)" in text

@@ -96,6 +96,9 @@ CONFLICT = "conflict"
 FAILED = "failed"
 NOT_PROVEN = "not proven"
 FIXED = "fixed upstream"
+REGRESSED = "regressed upstream"
+"""Upstream holds a patch's diff byte for byte while the patch's own test fails there: the bug is back
+another way (exit 1, "a patch regressed"); never a drop."""
 
 DROPPED = "dropped"
 """The rebase table's outcome of a patch `--drop-fixed` left out."""
@@ -127,7 +130,7 @@ class BumpResult:
     failed_stage: str = ""
     """The stage that failed ('' when every stage passed and the project was moved)."""
     failure: str = ""
-    """CONFLICT, FIXED, FAILED or NOT_PROVEN."""
+    """CONFLICT, FIXED, REGRESSED, FAILED or NOT_PROVEN."""
     reason: str = ""
     patches: tuple[str, ...] = ()
     """The patches the failure names."""
@@ -340,6 +343,7 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     except PatchsetError as e:
         raise _stage_error(REBASE, e) from e
     ids = {name: pid for pid, name in droplog.series_patch_ids(load_series(scratch.patches_dir)).items()}
+    _stop_on_regressed(checked.patches, checked)
     partly, fixed, unsure = upstream_fixed(checked)
     drops = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in fixed]
     if partly or unsure or (drops and not opts.drop_fixed):
@@ -352,8 +356,9 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     assert result.report is not None
     rows = {p.patch: p for p in checked.patches}
     # the sequencer's own finding that upstream has a patch (where the dry run said 3-way)
-    later = [_record(dataclasses.replace(rows[n], outcome=dryrun.UPSTREAM), ids.get(n, ""), checked.new_commit)
-             for n in result.dropped]
+    held = [dataclasses.replace(rows[n], outcome=dryrun.UPSTREAM) for n in result.dropped]
+    _stop_on_regressed(held, checked)
+    later = [_record(p, ids.get(p.patch, ""), checked.new_commit) for p in held]
     if later and not opts.drop_fixed:
         raise _Failed(REBASE, FIXED, fixed_advice([], later, opts), tuple(r.patch for r in later), found=checked)
     records = (*drops, *later)
@@ -367,12 +372,30 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     return dataclasses.replace(result.report, patches=table), records
 
 
+def regressed(rows: tuple[PatchReport, ...] | list[PatchReport]) -> list[PatchReport]:
+    """The patches whose diff the new upstream holds byte for byte while their own test fails there
+    (`not fixed upstream`): the bug came back another way, so the diff being there proves nothing."""
+    return [p for p in rows if p.outcome == dryrun.UPSTREAM and p.fix is not None and p.fix.verdict == NOT_FIXED]
+
+
+def _stop_on_regressed(rows: tuple[PatchReport, ...] | list[PatchReport], checked: RebaseReport) -> None:
+    """Stop the bump (before the scratch project's series changes) on any patch `regressed` names."""
+    found = regressed(rows)
+    if found:
+        said = "; ".join(f"{p.patch}: upstream holds its diff byte for byte, but its own test fails there "
+                         f"({p.fix.verdict}): a regression upstream"
+                         + (f" ({p.fix.evidence})" if p.fix and p.fix.evidence else "") for p in found if p.fix)
+        raise _Failed(REBASE, REGRESSED, said + ". Nothing was changed; report it upstream, and stay on the current "
+                      "pin (or keep the patch with `patchset rebase --onto` in the project)",
+                      tuple(p.patch for p in found), found=checked)
+
+
 def upstream_fixed(checked: RebaseReport) -> tuple[list[PatchReport], list[PatchReport], list[PatchReport]]:
     """What the bump makes of the dry run's verdicts: (partly fixed: a person keeps what is left of each; fixed:
     `--drop-fixed` leaves them out, and without it the bump stops on them; merged as an upstream commit but no
     controlled run says the bug is gone: a person decides). With any of the first or the third the bump stops."""
     partly = [p for p in checked.patches if p.fix and p.fix.verdict == PARTLY_FIXED]
-    fixed = [p for p in checked.patches if p not in partly and _fixed(p)]
+    fixed = [p for p in checked.patches if p not in partly and _fixed(p) and p not in regressed([p])]
     unsure = [p for p in checked.patches if p.merged_as and p not in partly and not _fixed(p)
               and not (p.fix and p.fix.verdict == NOT_FIXED)]
     return partly, fixed, unsure
@@ -381,7 +404,8 @@ def upstream_fixed(checked: RebaseReport) -> tuple[list[PatchReport], list[Patch
 def _fixed(p: PatchReport) -> bool:
     """May `--drop-fixed` leave it out? Only on a controlled verdict (`fixed upstream`: its own test's
     cases failed without the fix on the old pin and pass on the new upstream, run after run), or when
-    the new upstream holds its diff byte for byte (it applies in reverse: nothing is left to carry).
+    the new upstream holds its diff byte for byte (it applies in reverse: nothing is left to carry) and
+    its test does not say `not fixed upstream` there (that is a regression, `regressed`).
     A patch-id match alone is not enough: upstream may have changed the code since."""
     verdict = p.fix.verdict if p.fix else ""
     return verdict == FIXED_VERDICT or p.outcome == dryrun.UPSTREAM

@@ -69,10 +69,9 @@ def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.
     of patch 5's bug for ACC, then for SET, then patch 2 merged as is, then its own fix of patch 3's bug; and,
     apart, a commit that touches none of our bugs.
 
-    The cache holds the pin as imported from the source archive: a stand-in commit with the pin's tree and no
-    history, which the dry run rightly compares no patch-ids from. Upstream here is made on that commit, so a pin
-    that names it, with this upstream as its git source (the same tree: the same trees and builds), has the
-    history `merged as` reads."""
+    The cache holds the pin as upstream's own commit (read from the source archive, its parents absent).
+    Upstream here is made on that commit, so the pin with this upstream as its git source has the history
+    `merged as` reads."""
     if "metal-replay" not in available_backends():
         pytest.skip("the host-side Metal replay needs a C++ compiler")
     base = tmp_path_factory.mktemp("fixed-upstream")
@@ -83,9 +82,10 @@ def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.
                                             UPSTREAM_FIXES / "ggml-opt-eval-realloc.patch"])
     (unrelated,) = real_pin_moved_on(real_pin_cache, base / "unrelated", [UPSTREAM_FIXES / "readme-unrelated.patch"])
     pin = load_pin(real_project.pin_file)
-    stand_in = upstream.fetch(real_pin_cache, pin).commit
+    real = upstream.fetch(real_pin_cache, pin).commit
+    assert real == pin.commit
     old = base / "pin.toml"
-    old.write_text(pin_toml(stand_in, pin.tree, [{"kind": "git", "url": (base / "upstream" / "upstream.git").as_uri()}],
+    old.write_text(pin_toml(real, pin.tree, [{"kind": "git", "url": (base / "upstream" / "upstream.git").as_uri()}],
                             repository=pin.repository, tag=pin.tag or None, date=pin.date))
     return Moved(real_project.root, old, acc, both, merged, fixed, unrelated)
 

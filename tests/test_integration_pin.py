@@ -35,6 +35,10 @@ def test_real_pin_fetches_and_the_real_series_applies(real_pin_cache: Path, tmp_
     work = project.work_repo
     assert git(work, "rev-parse", "upstream^{tree}") == REAL_TREE
     assert git(work, "rev-parse", "upstream") == found.commit
+    # upstream's own commit, read from the sdist (issue 43): `patched` descends from 0c1e570 itself
+    assert found.commit == pin.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert git(work, "merge-base", "--is-ancestor", pin.commit, "patched") == ""
+    assert git(work, "cat-file", "-t", pin.commit) == "commit"
     commits = git(work, "rev-list", "upstream..patched").split()
     assert len(commits) == len(series.patches) == len(result.outcomes)
     assert git(work, "status", "--porcelain") == ""

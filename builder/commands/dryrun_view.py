@@ -18,7 +18,7 @@ def print_report(report: RebaseReport) -> None:
     table.add_column("patch", overflow="fold")
     table.add_column("outcome", no_wrap=True)
     table.add_column("detail", overflow="fold")
-    checked = any(p.fix or p.merged_as for p in report.patches)
+    checked = any(p.fix or p.merged_as or p.merged_unchecked for p in report.patches)
     if checked:
         table.add_column("upstream", overflow="fold")
     for i, p in enumerate(report.patches, 1):
@@ -46,6 +46,7 @@ def print_report(report: RebaseReport) -> None:
 def _upstream(p: PatchReport) -> str:
     """The upstream column: merged as a commit, and the verdict of the patch's own test."""
     words = [f"merged as {p.merged_as[:12]}"] if p.merged_as else []
+    words += [f"merged as: {p.merged_unchecked}"] if p.merged_unchecked else []
     if p.fix:
         words.append(p.fix.verdict + (f"; still failing: {', '.join(p.fix.still_failing)}"
                                       if p.fix.still_failing and p.fix.verdict != NOT_FIXED else ""))

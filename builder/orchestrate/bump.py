@@ -367,6 +367,7 @@ def _rebase(scratch: Project, opts: BumpOptions, progress: ProgressSink,
     # the table: every patch of the old series, with its upstream verdict; those left out `dropped`
     done, left = {p.patch: p for p in result.report.patches}, {r.patch for r in records}
     table = tuple(dataclasses.replace(done.get(p.patch, p), merged_as=p.merged_as, fix=p.fix,
+                                      merged_unchecked=p.merged_unchecked,
                                       outcome=DROPPED if p.patch in left else done[p.patch].outcome)
                   for p in checked.patches)
     return dataclasses.replace(result.report, patches=table), records
@@ -704,4 +705,5 @@ def _upstream_cell(p: PatchReport) -> str:
     words = [p.fix.verdict + (f" (still failing: {', '.join(p.fix.still_failing)})"
                               if p.fix.still_failing and p.fix.verdict == PARTLY_FIXED else "")] if p.fix else []
     words += [f"merged as {p.merged_as[:12]}"] if p.merged_as else []
+    words += [f"merged as: {p.merged_unchecked}"] if p.merged_unchecked else []
     return "; ".join(words) or "-"

@@ -151,8 +151,9 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         raise InputError(f"{project.pin_file}: canary needs a git source (the pin's history); it has none")
     fetched = upstream.fetch(project.cache_dir, pin)
     if fetched.commit != pin.commit:
-        raise InputError(f"{project.pin_file}: the cached pin {pin.short} is an import without history; "
-                         "canary needs it from the git source")
+        raise InputError(f"{project.pin_file}: the cached pin {pin.short} is a stand-in commit without history (its "
+                         "archive lacks upstream's commit object); canary needs upstream's own commit: fetch it "
+                         "from the git source")
     mails = [p.path for p in series.patches]
     names = [p.name for p in series.patches]
     with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:

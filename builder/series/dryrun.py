@@ -112,6 +112,9 @@ class PatchReport:
     resolutions: tuple[str, ...] = ()
     """Keys of the recorded resolutions (patches/resolutions/) reused for it (REUSED), or recorded
     for it (a conflict resolved by hand at `rebase --continue`)."""
+    merged_unchecked: str = ""
+    """Why no patch-id was compared although the check asked for it (`not checked, ...`: the
+    history between the pins is missing); '' when compared, or not asked."""
 
     @property
     def failed(self) -> bool:
@@ -142,7 +145,7 @@ class RebaseReport:
             r["patch"], r["outcome"], tuple(r["files"]), tuple(r["hunks"]), r["depends_on"], r.get("merged_as", ""),
             UpstreamFix(f["verdict"], tuple(f["still_failing"]), tuple(f["now_passing"]), f["evidence"])
             if (f := r.get("fixed_upstream")) else None, tuple(r.get("renamed", ())), r.get("change", ""),
-            tuple(r.get("resolutions", ())))
+            tuple(r.get("resolutions", ())), r.get("merged_as_unchecked", ""))
             for r in data["patches"])
         return cls(data["old"], data["new"], data["dry_run"], rows, data.get("range_diff", ""),
                    data.get("recovery_ref", ""))
@@ -153,6 +156,7 @@ class RebaseReport:
             "patches": [{"patch": p.patch, "outcome": p.outcome, "files": list(p.files), "hunks": list(p.hunks),
                          "depends_on": p.depends_on,
                          **({"merged_as": p.merged_as} if p.merged_as else {}),
+                         **({"merged_as_unchecked": p.merged_unchecked} if p.merged_unchecked else {}),
                          **({"renamed": list(p.renamed)} if p.renamed else {}),
                          **({"change": p.change} if p.change else {}),
                          **({"resolutions": list(p.resolutions)} if p.resolutions else {}),
@@ -485,16 +489,19 @@ def _checked(sc: Scratch, patches: tuple[Patch, ...], report: RebaseReport, old:
         if row.outcome in (CLEAN, THREE_WAY):
             new_at = sc.stack(new_at, [p.path])
     merged: dict[str, str] = {}
-    # a pin imported from a source archive is a stand-in commit without history: nothing to compare
     if (old.commit, new.commit) == (report.old_commit, report.new_commit):
         _history(sc.git, new.repo, new_pin, old.commit, new.commit)
-        merged = merged_as(sc.git, old.commit, new.commit, [p.path for p in patches])
+        unchecked = missing_history(sc.git, old.commit, new.commit)
+        if not unchecked:
+            merged = merged_as(sc.git, old.commit, new.commit, [p.path for p in patches])
     else:
+        # a pin the cache holds as a stand-in (an sdist without upstream's commit object): no history at all
         merge_shallow(new.repo, sc.git.path)
+        unchecked = "not checked, a pin is a stand-in commit without history (its archive lacks upstream's commit)"
     fixes = check(Moved(sc.git, patches, report.old_commit, report.new_commit, tuple(old_bases), tuple(new_bases),
                         report))
-    rows = tuple(dataclasses.replace(row, merged_as=merged.get(row.patch, ""), fix=fixes.get(row.patch))
-                 for row in report.patches)
+    rows = tuple(dataclasses.replace(row, merged_as=merged.get(row.patch, ""), fix=fixes.get(row.patch),
+                                     merged_unchecked=unchecked) for row in report.patches)
     return dataclasses.replace(report, patches=rows)
 
 
@@ -531,9 +538,20 @@ def _history(git: GitRepo, cache_repo: Path, new_pin: Pin, old_commit: str, new_
     merge_shallow(cache_repo, git.path)
 
 
+def missing_history(git: GitRepo, old: str, new: str) -> str:
+    """'' when `git` holds the history from `old` to `new` (patch-ids can be compared over it), else
+    what was not checked and why, as a row says it."""
+    if git.run("merge-base", "--is-ancestor", old, new, check=False).returncode == 0:
+        return ""
+    # a commit of a shallow history reads as a root: one commit is the new pin alone
+    if git.out("rev-list", "--count", new) == "1":
+        return "not checked, no history before the new pin"
+    return f"not checked, the history fetched ({HISTORY_DEPTH} commits at most) does not reach the old pin"
+
+
 def merged_as(git: GitRepo, old: str, new: str, mails: list[Path]) -> dict[str, str]:
-    """Per mail name: the commit of `old..new` with the same patch-id, as far as `git` has the
-    history (a pin fetched at depth 1 has none: then only `new` itself is compared)."""
+    """Per mail name: the commit of `old..new` with the same patch-id (`git` holds that history:
+    `missing_history` says when it does not)."""
     r = git.run("log", "-p", "--no-color", "--no-renames", "--format=commit %H", new, "--not", old, check=False)
     if r.returncode != 0 or not r.stdout:
         return {}

@@ -81,6 +81,7 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
     report = dryrun.RebaseReport(old_pin.commit, new_pin.commit, False, tuple(
         dryrun.PatchReport(o.name, _TABLE_OUTCOME.get(o.outcome, o.outcome),
                            merged_as=before[o.name].merged_as if o.name in before else "",
+                           merged_unchecked=before[o.name].merged_unchecked if o.name in before else "",
                            fix=before[o.name].fix if o.name in before else None,
                            renamed=(renamed or {}).get(o.name, ()), change=(changes or {}).get(o.name, ""),
                            resolutions=tuple(o.resolutions))

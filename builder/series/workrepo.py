@@ -263,11 +263,64 @@ class WorkRepo:
         if gone:
             log.warning("the work repository borrowed objects from %s, which is gone (cache deleted or "
                         "PATCHSET_CACHE moved); re-attached it to %s", ", ".join(gone), fetched.repo)
-        if self.git.rev(f"refs/heads/{UPSTREAM}") != fetched.commit:
+        current = self.git.rev(f"refs/heads/{UPSTREAM}")
+        if current != fetched.commit:
             state = self.load_state()
-            if state.op is None:
+            if state.op is None and current and self.git.tree_of(current) == fetched.tree:
+                # the same tree under another commit: a stand-in made from an sdist, now upstream's own
+                # commit (or back); what was made on it moves over, commit for commit (issue 43)
+                self._regraft(current, fetched.commit, state)
+            elif state.op is None:
                 self.git.update_ref(f"refs/heads/{UPSTREAM}", fetched.commit, f"patchset: pin {pin.commit}")
         self.git.update_ref("refs/patchset/pin", fetched.commit, f"patchset: pin {pin.commit}")
+
+    def _regraft(self, old: str, new: str, state: State) -> None:
+        """Move every branch made on `old` (and a detached HEAD) onto `new`, a commit of the same tree:
+        each commit written again with the same tree, author, committer and message, its parent `old`
+        (or a commit already moved) replaced. Work trees, indexes and uncommitted work are untouched
+        (the trees are the same); `upstream` and the state follow. Deferred while an edit or a series
+        verb's journal is in progress (`builder.series.edit`: they record commit ids)."""
+        if (self.meta_dir / "edit.json").exists() or (self.meta_dir / "series-op.json").exists():
+            return
+        heads = [line.split() for line in self.git.out(
+            "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/").splitlines()]
+        moved_refs = [(sha, ref) for sha, ref in heads if ref != f"refs/heads/{UPSTREAM}"
+                      and self.git.run("merge-base", "--is-ancestor", old, sha, check=False).returncode == 0]
+        detached = None if self.git.current_branch() else self.git.rev("HEAD")
+        tips = [sha for sha, _ in moved_refs] + ([detached] if detached else [])
+        mapping = {old: new}
+        if tips:
+            for c in self.git.out("rev-list", "--topo-order", "--reverse", *tips, "--not", old).split():
+                mapping[c] = self._rewrite_parents(c, mapping)
+        for sha, ref in moved_refs:
+            self.git.update_ref(ref, mapping.get(sha, sha), f"patchset: {old[:12]} -> {new[:12]} (same tree)")
+        if detached and detached in mapping:
+            self.git.run("update-ref", "--no-deref", "HEAD", mapping[detached])
+        self.git.update_ref(f"refs/heads/{UPSTREAM}", new, f"patchset: {old[:12]} -> {new[:12]} (same tree)")
+        state.applied_head = mapping.get(state.applied_head, state.applied_head)
+        state.upstream = mapping.get(state.upstream, state.upstream)
+        state.formatted = [[mapping.get(row[0], row[0]), *row[1:]] for row in state.formatted]
+        self.save_state(state)
+        log.info("the pin's commit in %s was %s; it is now %s (the same tree): %d branch(es) moved onto it",
+                 self.path, old[:12], new[:12], len(moved_refs))
+
+    def _rewrite_parents(self, commit: str, mapping: dict[str, str]) -> str:
+        """`commit` written again with its parents replaced by `mapping` (a signature would no longer hold:
+        dropped)."""
+        raw = self.git.run("cat-file", "commit", commit).stdout
+        head, sep, message = raw.partition("\n\n")
+        lines: list[str] = []
+        skipping = False
+        for line in head.split("\n"):
+            if line.startswith(" ") and skipping:
+                continue
+            skipping = line.startswith("gpgsig")
+            if skipping:
+                continue
+            parent = line.removeprefix("parent ")
+            lines.append(f"parent {mapping.get(parent, parent)}" if line.startswith("parent ") else line)
+        return self.git.run("hash-object", "-t", "commit", "-w", "--stdin",
+                            input_text="\n".join(lines) + sep + message).stdout.strip()
 
     @property
     def alternates_file(self) -> Path:

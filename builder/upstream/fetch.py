@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from builder.upstream.pin import BundleSource, GitSource, Pin, SdistSource, Sour
 
 log = logging.getLogger("patchset")
 
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+
 
 @dataclass(frozen=True)
 class Fetched:
@@ -35,8 +38,9 @@ class Fetched:
     repo: Path
     """The cache's bare repository."""
     commit: str
-    """The commit in that repository whose tree is the pinned tree (the pin's own commit for a
-    git source; a deterministic import commit for an sdist, which carries no history)."""
+    """The commit in that repository whose tree is the pinned tree: the pin's own commit (from git, or
+    from an sdist that ships its object, shallow either way); else a deterministic stand-in commit made
+    from an sdist's files (an archive without the object, or whose files differ from upstream's)."""
     tree: str
     source: str
     """Which source it came from, in words."""
@@ -108,7 +112,7 @@ def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_
     without network.
     """
     found = lookup(cache_dir, pin)
-    if found:
+    if found and not _upgradable(cache_dir, pin, found):
         return found
     if bundle is not None:
         pin = dataclasses.replace(pin, sources=(BundleSource(str(bundle.resolve())), *pin.sources))
@@ -116,9 +120,66 @@ def fetch(cache_dir: Path, pin: Pin, progress: ProgressSink | None = None, lock_
     with cache_lock(cache_dir, lock_timeout, purpose="fetch"):
         # another process may have fetched it while we waited for the lock
         found = lookup(cache_dir, pin)
+        if found and _upgradable(cache_dir, pin, found):
+            return _upgrade(cache_dir, pin, found)
         if found:
             return found
         return _fetch_locked(cache_dir, pin, progress)
+
+
+def _upgradable(cache_dir: Path, pin: Pin, found: Fetched) -> bool:
+    """The cache holds the pin as a stand-in (made by an earlier patchset from an sdist) and an sdist
+    of the pin is in the download cache, not yet read for the real commit object. Cheap: no archive read."""
+    if found.commit == pin.commit:
+        return False
+    try:
+        info = json.loads(_record_path(found.repo, pin).read_text())
+    except (OSError, ValueError):
+        return False
+    return not info.get("archive_read") and any(
+        isinstance(s, SdistSource) and (cache_dir / "downloads" / s.sha256).is_dir() for s in pin.sources)
+
+
+def _upgrade(cache_dir: Path, pin: Pin, found: Fetched) -> Fetched:
+    """Replace a cached stand-in with upstream's real commit, read from an sdist of the pin already in
+    the download cache (no network), as a fetch now writes it (issue 43). The stand-in stays under
+    `refs/patchset/imports/` (work repositories' backups may still name commits made on it); the
+    record says the archive was read, so an archive without the object is read once only."""
+    repo = GitRepo(found.repo)
+    tmp_root = cache_dir / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    commit = ""
+    for src in pin.sources:
+        if commit or not isinstance(src, SdistSource) or not (cache_dir / "downloads" / src.sha256).is_dir():
+            continue
+        quarantine = Path(tempfile.mkdtemp(prefix="quarantine-", dir=tmp_root))
+        try:
+            from builder.upstream import mirror  # noqa: PLC0415 (see _import_sdist)
+
+            archive = mirror.download(src, cache_dir / "downloads", tmp_root)
+            q = init_repo(quarantine / "q.git", bare=True)
+            (quarantine / "q.git" / "objects" / "info" / "alternates").write_text(
+                str((found.repo / "objects").resolve()) + "\n")
+            commit = write_vendored_commit(q, archive, src.subdir, quarantine / "files", pin.commit, found.tree)
+            if commit:
+                _migrate_objects(quarantine / "q.git" / "objects", found.repo / "objects")
+                merge_shallow(quarantine / "q.git", found.repo)
+        except SourceError as e:
+            log.warning("the cached pin %s is a stand-in; reading the archive for the real commit failed: %s",
+                        pin.short, e)
+        finally:
+            shutil.rmtree(quarantine, ignore_errors=True)
+    record = _record_path(found.repo, pin)
+    info = json.loads(record.read_text())
+    if not commit:
+        atomic_write_text(record, json.dumps({**info, "archive_read": True}, indent=1))
+        return found
+    repo.update_ref(f"refs/patchset/imports/{found.commit}", found.commit, "patchset: the stand-in, replaced")
+    repo.update_ref(pin_ref(pin), commit, "patchset fetch: upstream's own commit, read from the archive")
+    atomic_write_text(record, json.dumps({**info, "local": commit}, indent=1))
+    log.info("the cached pin %s was a stand-in commit (%s); it is now upstream's own commit, read from the archive",
+             pin.short, found.commit[:12])
+    return dataclasses.replace(found, commit=commit)
 
 
 def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
@@ -160,7 +221,10 @@ def _fetch_locked(cache_dir: Path, pin: Pin, progress: ProgressSink) -> Fetched:
         record.parent.mkdir(exist_ok=True)
         record.write_text(json.dumps(
             {"commit": pin.commit, "local": commit, "tree": repo.tree_of(commit),
-             "source": describe(src), "source_index": known_index}, indent=1))
+             "source": describe(src), "source_index": known_index,
+             # a stand-in from this very archive: it lacks upstream's commit, no use reading it again
+             **({"archive_read": True} if isinstance(src, SdistSource) and commit != pin.commit else {})},
+            indent=1))
         return Fetched(path, commit, repo.tree_of(commit), describe(src), cached=False)
     raise SourceError(f"no source gave verified {pin.name} {pin.commit}:\n  " + "\n  ".join(failures))
 
@@ -195,11 +259,18 @@ def _fetch_bundle(q: GitRepo, src: BundleSource, pin: Pin) -> tuple[str, int | N
     """The bundle's pin commit, and which of the pin's sources its tree is known from (None: the
     pin's own tree). Its commit may be an sdist import, not upstream's: the tree id is what counts."""
     try:
+        # a bundle of a shallow pin (git's, or an sdist's real commit) carries no parents: marked
+        # shallow first, else the fetch walks to them and fails ("did not send all necessary objects")
+        heads = q.run("bundle", "list-heads", src.path, pin_ref(pin), timeout=3600).stdout.split()
+        add_shallow(q.path, [h for h in heads[:1] if _SHA1.fullmatch(h)])
         q.run("fetch", "--quiet", "--no-tags", src.path, pin_ref(pin), timeout=3600)
     except ProcessError as e:
         raise SourceError(f"{src.path}: cannot read {pin_ref(pin)} from the bundle: "
                           f"{(e.stderr.strip().splitlines() or [''])[-1]}") from e
     commit = q.out("rev-parse", "FETCH_HEAD")
+    # the object's own parent lines: a shallow commit reads as a root to every other git query
+    if not re.search(r"^parent ", q.out("cat-file", "commit", commit).split("\n\n", 1)[0], re.M):
+        _drop_shallow(q.path, commit)  # a root commit (a stand-in) has no parents to miss
     tree = q.tree_of(commit)
     if tree == pin.tree:
         return commit, None
@@ -263,6 +334,13 @@ def _import_sdist(
         if not had_download:
             shutil.rmtree(download_dir, ignore_errors=True)
         raise
+    return (write_vendored_commit(q, archive, src.subdir, quarantine / "files", pin.commit, tree)
+            or stand_in(q, pin, src, tree))
+
+
+def stand_in(q: GitRepo, pin: Pin, src: SdistSource, tree: str) -> str:
+    """A commit of `tree` made here for `pin`, when the archive lacks upstream's own commit object (or
+    its files are not upstream's tree): deterministic, no parents, so no history connects to it."""
     date = f"{pin.date}T00:00:00Z" if pin.date and "T" not in pin.date else (pin.date or "1970-01-01T00:00:00Z")
     ident = {
         **ISOLATED, **COMMITTER,
@@ -276,6 +354,32 @@ def _import_sdist(
     )
     # deterministic author, committer and date: the same archive always gives the same commit id
     return q.out("commit-tree", tree, "-m", message, env=ident)
+
+
+def write_vendored_commit(q: GitRepo, archive: Path, subdir: str, files: Path, commit: str, tree: str) -> str:
+    """Upstream's own `commit` written into `q` from the archive's vendored git dir, when the archive
+    carries that object (its sha1 checked) and it names `tree`; marked shallow when its parents are
+    absent (they always are: an sdist ships one commit). '' when it cannot be: the caller makes a
+    stand-in commit instead.
+
+    The real commit, not a stand-in, is what lets later upstream history connect to the pin: a git
+    fetch of newer commits, patch-ids over the commits between two pins, `canary` (issue 43).
+    """
+    from builder.upstream.vendored import commit_marker  # noqa: PLC0415 (reads the archive: see download)
+
+    marker, _looked = commit_marker(archive, subdir, files, commit)
+    if marker is None or marker.commit != commit or not marker.raw or marker.tree != tree:
+        return ""
+    obj = q.path / "objects" / commit[:2] / commit[2:]
+    obj.parent.mkdir(exist_ok=True)
+    if not obj.exists():
+        # the loose object as the archive stores it: its sha1 was checked, so these are upstream's bytes
+        obj.write_bytes(marker.raw)
+    if q.out("rev-parse", f"{commit}^{{tree}}") != tree:
+        return ""
+    if marker.parents:
+        add_shallow(q.path, [commit])
+    return commit
 
 
 def import_tree(q: GitRepo, archive: Path, subdir: str, scratch: Path, progress: ProgressSink, *,
@@ -307,18 +411,29 @@ def _copy_shallow(cache_repo: Path, q: Path) -> None:
         shutil.copyfile(shallow, q / "shallow")
 
 
+def add_shallow(git_dir: Path, commits: list[str]) -> None:
+    """List `commits` in git dir `git_dir`'s `shallow` file: commits present without their parents."""
+    path = git_dir / "shallow"
+    lines = path.read_text().split() if path.exists() else []
+    merged = list(dict.fromkeys(lines + commits))
+    if merged != lines:
+        atomic_write_text(path, "".join(f"{c}\n" for c in merged))
+
+
+def _drop_shallow(git_dir: Path, commit: str) -> None:
+    path = git_dir / "shallow"
+    lines = path.read_text().split() if path.exists() else []
+    if commit in lines:
+        atomic_write_text(path, "".join(f"{c}\n" for c in lines if c != commit))
+
+
 def merge_shallow(src: Path, dst: Path) -> None:
     """Add the shallow commits of git dir `src` to those of git dir `dst`: the cache's after a fetch
     (see `_copy_shallow`), a repository's that borrows the cache's objects (else git takes the
     missing parents of a pin fetched at depth 1 for a broken history: fsck, log)."""
     new = src / "shallow"
-    if not new.exists():
-        return
-    old = dst / "shallow"
-    lines = old.read_text().split() if old.exists() else []
-    merged = list(dict.fromkeys(lines + new.read_text().split()))
-    if merged != lines:
-        atomic_write_text(old, "".join(f"{c}\n" for c in merged))
+    if new.exists():
+        add_shallow(dst, new.read_text().split())
 
 
 def _migrate_objects(src: Path, dst: Path) -> None:

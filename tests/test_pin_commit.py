@@ -1,0 +1,176 @@
+"""The pin is upstream's own commit, whatever source it came from (issue 43 point 2).
+
+An sdist shaped like llama-cpp-python's ships the vendored submodule's git dir with the pin's commit
+object. Fetched from it, the cache holds that very commit (shallow: its parents are absent), not a
+stand-in made here, so later upstream history connects to it: a git fetch of newer commits,
+patch-ids over the commits between two pins (`rebase --dry-run`), `canary`. Where the history is
+missing, the row says what was not checked. A cache and work repository made on a stand-in by an
+earlier patchset move onto the real commit, user work kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from helpers import PATCH2_B_C, UPSTREAM_FILES, Proj, Upstream, git, make_project, make_sdist, pin_toml, sha256
+
+from builder.gitrepo import GitRepo
+from builder.prove.fixed_upstream import checker
+from builder.series.apply import apply
+from builder.series.canary import KIND_UPSTREAM, canary
+from builder.series.rebase import dry_run_rebase
+from builder.upstream import fetch as upstream
+from builder.upstream.pin import load_pin
+from tests.test_fixed_upstream import _missing_backend
+
+GITDIR = ".git/modules/vendor/up"
+NOTE = {"notes/pin.txt": "the pinned commit\n"}
+
+
+def _sdist(path: Path, up: Upstream, commit: str, files: dict[str, str]) -> Path:
+    """An sdist of `files` (the tree of `commit`) carrying the submodule's git dir: HEAD and the
+    commit's loose object, as upstream's git wrote it."""
+    obj = (up.src / ".git" / "objects" / commit[:2] / commit[2:]).read_bytes()
+    return make_sdist(path, files, package_files={f"{GITDIR}/HEAD": f"{commit}\n",
+                                                  f"{GITDIR}/objects/{commit[:2]}/{commit[2:]}": obj})
+
+
+def _sources(archive: Path, up: Upstream) -> list[dict[str, str]]:
+    # the sdist first: the pin never comes from git; the git source serves only the history after it
+    return [{"kind": "sdist", "url": archive.as_uri(), "sha256": sha256(archive), "subdir": "vendor/up"},
+            {"kind": "git", "url": up.url}]
+
+
+@pytest.fixture
+def pinned(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
+    """A project pinned at a commit with a parent (so its history is really cut), from the sdist."""
+    c1 = up.advance(NOTE, "upstream: a note\n")
+    archive = _sdist(tmp_path / "dist" / "pkg-1.0.tar.gz", up, c1, {**UPSTREAM_FILES, **NOTE})
+    return make_project(tmp_path, dataclasses.replace(up, commit=c1, tree=up.tree_of(c1)), cache_dir,
+                        sources=_sources(archive, up))
+
+
+def test_a_pin_from_the_sdist_is_upstreams_own_commit_and_history_connects(pinned: Proj, cache_dir: Path) -> None:
+    pin = load_pin(pinned.project.pin_file)
+    fetched = upstream.fetch(cache_dir, pin)
+
+    assert fetched.source.startswith("sdist ") and fetched.commit == pin.commit
+    cache = fetched.repo
+    assert pin.commit in (cache / "shallow").read_text().split()
+    assert git(cache, "cat-file", "commit", pin.commit).startswith(f"tree {pin.tree}\nparent ")
+    assert git(cache, "fsck", "--no-dangling", "--connectivity-only", pin.commit) == ""
+
+    apply(pinned.project)
+    work = pinned.project.work_repo
+    assert git(work, "rev-parse", "upstream") == pin.commit
+    assert git(work, "merge-base", "--is-ancestor", pin.commit, "patched") == ""
+    # upstream moves on: a plain git fetch brings only the new commit, and it descends from the pin
+    newer = pinned.upstream.advance({"README": "moved\n"}, "readme\n")
+    git(work, "fetch", "--quiet", pinned.upstream.url, "main")
+    assert git(work, "rev-parse", "FETCH_HEAD") == newer
+    assert git(work, "rev-list", "upstream..FETCH_HEAD").split() == [newer]
+
+
+def test_dry_run_and_canary_read_the_history_on_top_of_the_sdist_pin(pinned: Proj, cache_dir: Path) -> None:
+    """Upstream takes patch 2 as is, then moves on: the dry run names the commit (patch-id) and canary
+    the commit where patch 2 stops applying; the pin itself is never fetched from git."""
+    up = pinned.upstream
+    merged = up.advance({"src/b.c": PATCH2_B_C}, "b: take the fix\n")
+    newer = up.advance({"README": "moved\n"}, "readme\n")
+
+    report = dry_run_rebase(pinned.project, newer, checker(pinned.project, _missing_backend()))
+
+    rows = {p.patch: p for p in report.patches}
+    name = pinned.series()[1]
+    assert rows[name].merged_as == merged
+    assert all(not p.merged_unchecked for p in report.patches)
+    assert upstream.fetch(cache_dir, load_pin(pinned.project.pin_file)).source.startswith("sdist ")
+
+    result = canary(pinned.project, new=newer)
+    broken = {p.patch: p for p in result.patches}[name]
+    assert broken.broken_at is not None and broken.broken_at.id == merged and broken.kind == KIND_UPSTREAM
+
+
+def test_where_history_is_missing_the_row_says_merged_as_was_not_checked(
+        pinned: Proj, tmp_path: Path, cache_dir: Path) -> None:
+    """The new pin from an sdist alone: its commit is upstream's, but nothing before it is here."""
+    up = pinned.upstream
+    up.advance({"src/b.c": PATCH2_B_C}, "b: take the fix\n")
+    newer = up.advance({"README": "moved\n"}, "readme\n")
+    files = {**UPSTREAM_FILES, **NOTE, "src/b.c": PATCH2_B_C, "README": "moved\n"}
+    archive = _sdist(tmp_path / "dist2" / "pkg-1.1.tar.gz", up, newer, files)
+    new_pin = tmp_path / "new.toml"
+    new_pin.write_text(pin_toml(newer, up.tree_of(newer), _sources(archive, up)[:1]))
+
+    report = dry_run_rebase(pinned.project, str(new_pin), checker(pinned.project, _missing_backend()))
+
+    assert [(p.merged_as, p.merged_unchecked) for p in report.patches] == [
+        ("", "not checked, no history before the new pin")] * 3
+    assert report.as_json()["patches"][0]["merged_as_unchecked"] == "not checked, no history before the new pin"
+
+
+def test_a_cache_and_work_repository_on_the_old_stand_in_move_onto_the_real_commit(
+        pinned: Proj, cache_dir: Path) -> None:
+    """A cache that an earlier patchset filled with a stand-in commit, and a work repository made on
+    it with a commit not written back and an uncommitted change: the next command that fetches finds
+    upstream's own commit in the archive, and every branch moves onto it, nothing lost."""
+    pin = load_pin(pinned.project.pin_file)
+    fetched = upstream.fetch(cache_dir, pin)
+    # the cache as the old code left it: the pin ref on a stand-in, the record naming it
+    src = pin.sources[0]
+    assert isinstance(src, upstream.SdistSource)
+    old = upstream.stand_in(GitRepo(fetched.repo), pin, src, pin.tree)
+    record = fetched.repo / "patchset-pins" / f"{pin.commit}.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "local": old}))
+    git(fetched.repo, "update-ref", upstream.pin_ref(pin), old)
+    (fetched.repo / "shallow").unlink()
+    (fetched.repo / "objects" / pin.commit[:2] / pin.commit[2:]).unlink()
+    assert upstream.lookup(cache_dir, pin).commit == old  # type: ignore[union-attr]
+    # a work repository made on it (by hand, as the old code's apply did: `upstream` at the stand-in)
+    work = pinned.project.work_repo
+    work.mkdir(parents=True)
+    git(work, "init", "--quiet")
+    (work / ".git" / "objects" / "info" / "alternates").write_text(f"{fetched.repo / 'objects'}\n")
+    git(work, "update-ref", "refs/heads/upstream", old)
+    git(work, "checkout", "--quiet", "-B", "patched", old)
+    for p in pinned.project.patches_dir.glob("0*.patch"):
+        git(work, "-c", "user.name=t", "-c", "user.email=t@t", "am", "--quiet", str(p))
+    state = work / ".git" / "patchset" / "state.json"
+    state.parent.mkdir()
+    head = git(work, "rev-parse", "patched")
+    state.write_text(json.dumps({"upstream": old, "applied_head": head}))
+    (work / "mine.txt").write_text("a commit not written back\n")
+    git(work, "add", "mine.txt")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
+    (work / "README").write_text("uncommitted\n")
+    tree, subjects = git(work, "rev-parse", "patched^{tree}"), git(work, "log", "--format=%s%n%an", "upstream..patched")
+
+    with pytest.raises(Exception, match="refusing to re-apply"):
+        apply(pinned.project)  # the commit not written back: apply refuses, as always; the move is done already
+
+    assert upstream.lookup(cache_dir, pin).commit == pin.commit  # type: ignore[union-attr]
+    assert git(work, "rev-parse", "upstream") == pin.commit
+    assert git(work, "merge-base", "--is-ancestor", pin.commit, "patched") == ""
+    assert git(work, "rev-parse", "patched^{tree}") == tree
+    assert git(work, "log", "--format=%s%n%an", "upstream..patched") == subjects
+    assert git(work, "symbolic-ref", "HEAD") == "refs/heads/patched"
+    assert (work / "README").read_text() == "uncommitted\n"
+    moved = json.loads(state.read_text())
+    assert moved["upstream"] == pin.commit and moved["applied_head"] == git(work, "rev-parse", "patched~1")
+    # the stand-in stays readable (backups made on it), under a ref of its own
+    assert git(fetched.repo, "rev-parse", f"refs/patchset/imports/{old}") == old
+
+
+def test_a_bundle_carries_the_shallow_pin_commit(pinned: Proj, cache_dir: Path, tmp_path: Path) -> None:
+    """The real pin has no parents here: its bundle is fetched with the commit marked shallow first
+    (else git walks to the absent parents and refuses the bundle)."""
+    pin = load_pin(pinned.project.pin_file)
+    upstream.fetch(cache_dir, pin)
+    bundle = upstream.export_bundle(cache_dir, pin, tmp_path / "carry" / "pin.bundle")
+    offline = dataclasses.replace(pin, sources=())
+    got = upstream.fetch(tmp_path / "other-cache", offline, bundle=bundle)
+    assert (got.commit, got.source) == (pin.commit, "bundle pin.bundle")
+    assert pin.commit in (got.repo / "shallow").read_text().split()

@@ -26,6 +26,7 @@ from builder import proc
 from builder.compile import cmakebuild as buildmod
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
+from builder.prove import lexers
 from builder.series.model import HunkRule, Patch
 
 CAUGHT = "caught"
@@ -33,8 +34,6 @@ NOT_BUILT = "not built"
 UNGUARDED = "unguarded"
 EXEMPT = "exempt"
 
-_C_LIKE = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".m", ".mm", ".metal", ".cu", ".cuh")
-_HASH_COMMENTS = (".txt", ".cmake", ".py", ".sh")
 _SOURCES = (".c", ".cc", ".cpp", ".cxx")
 _HEADERS = (".h", ".hh", ".hpp")
 
@@ -240,37 +239,16 @@ def _split(file: str, n: int, section: str, changes: list[Change], status: str,
 
 
 # -- exemptions -------------------------------------------------------------------------------------
-_C_TOKENS = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?(?:\*/|$)|\w+|[^\w\s]', re.S)
-
-
-def _tokens(text: str, suffix: str) -> list[str]:
-    if suffix in _C_LIKE:
-        out = []
-        for t in _C_TOKENS.findall(text):
-            if not t.startswith(("//", "/*")):
-                out.append(t)
-        return out
-    if suffix in _HASH_COMMENTS or Path(suffix).name == "CMakeLists.txt":
-        text = re.sub(r"(?m)#.*$", "", text)
-    return text.split()
-
-
-def comment_only(unit: Unit) -> bool:
-    """True when the unit changes only comments or whitespace (of a C-like, CMake or shell file)."""
-    name = unit.file.rsplit("/", 1)[-1]
-    suffix = "CMakeLists.txt" if name == "CMakeLists.txt" else Path(name).suffix
-    if suffix not in _C_LIKE and suffix not in _HASH_COMMENTS and suffix != "CMakeLists.txt":
-        return False
+def comment_only(unit: Unit, after_lines: list[str]) -> bool:
+    """True when the unit changes only comments or whitespace: the file after the patch and the same
+    file with the unit undone lex to the same tokens once comments are left out (`lexers`: C, C++,
+    Objective-C, Metal, CUDA, Python, CMake). A line pattern cannot tell: `*status = X;` is code, and
+    a `/*` added on one line and `*/` on another comment out the code between them (issue 47)."""
     if unit.file_status != "M":
         return False
-
-    def side(kind: str) -> list[str]:
-        text = "".join(c.text for c in unit.changes if c.kind == kind)
-        # a line inside a block comment that starts outside the hunk: " * words"
-        text = "\n".join(ln for ln in text.split("\n") if not re.match(r"^\s*\*(?!/)", ln) or suffix not in _C_LIKE)
-        return _tokens(text, suffix)
-
-    return side("-") == side("+")
+    after = "".join(f"{line}\n" for line in after_lines)
+    mine = lexers.tokens(after, unit.file)
+    return mine is not None and mine == lexers.tokens(revert_text(after, unit), unit.file)
 
 
 def _function_at(lines: list[str], line: int) -> str:
@@ -296,7 +274,7 @@ def exemption(unit: Unit, rules: tuple[HunkRule, ...], after_lines: list[str]) -
                 return f"{r.reason} (Patchset-Hunk {r.location})"
         elif r.start <= unit.start and unit.end <= r.end:
             return f"{r.reason} (Patchset-Hunk {r.location})"
-    if comment_only(unit):
+    if comment_only(unit, after_lines):
         return "changes only comments or whitespace"
     return None
 

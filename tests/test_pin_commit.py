@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import PATCH2_B_C, UPSTREAM_FILES, Proj, Upstream, git, make_project, make_sdist, pin_toml, sha256
 
+from builder.errors import WorkTreeError
 from builder.gitrepo import GitRepo
 from builder.prove.fixed_upstream import checker
 from builder.series.apply import apply
@@ -114,54 +115,51 @@ def test_where_history_is_missing_the_row_says_merged_as_was_not_checked(
 
 def test_a_cache_and_work_repository_on_the_old_stand_in_move_onto_the_real_commit(
         pinned: Proj, cache_dir: Path) -> None:
-    """A cache that an earlier patchset filled with a stand-in commit, and a work repository made on
+    """A cache that an earlier patchset filled with a stand-in commit, and a work repository applied on
     it with a commit not written back and an uncommitted change: the next command that fetches finds
     upstream's own commit in the archive, and every branch moves onto it, nothing lost."""
     pin = load_pin(pinned.project.pin_file)
     fetched = upstream.fetch(cache_dir, pin)
-    # the cache as the old code left it: the pin ref on a stand-in, the record naming it
+    # the cache as the old code left it: the pin ref on a stand-in, the record naming it, no shallow
+    # commit, no object of upstream's commit; for now marked read, so that `apply` makes its work on it
     src = pin.sources[0]
     assert isinstance(src, upstream.SdistSource)
     old = upstream.stand_in(GitRepo(fetched.repo), pin, src, pin.tree)
     record = fetched.repo / "patchset-pins" / f"{pin.commit}.json"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "local": old}))
+    info = {**json.loads(record.read_text()), "local": old}
+    record.write_text(json.dumps({**info, "archive_read": True}))
     git(fetched.repo, "update-ref", upstream.pin_ref(pin), old)
     (fetched.repo / "shallow").unlink()
     (fetched.repo / "objects" / pin.commit[:2] / pin.commit[2:]).unlink()
-    assert upstream.lookup(cache_dir, pin).commit == old  # type: ignore[union-attr]
-    # a work repository made on it (by hand, as the old code's apply did: `upstream` at the stand-in)
+    apply(pinned.project)
     work = pinned.project.work_repo
-    work.mkdir(parents=True)
-    git(work, "init", "--quiet")
-    (work / ".git" / "objects" / "info" / "alternates").write_text(f"{fetched.repo / 'objects'}\n")
-    git(work, "update-ref", "refs/heads/upstream", old)
-    git(work, "checkout", "--quiet", "-B", "patched", old)
-    for p in pinned.project.patches_dir.glob("0*.patch"):
-        git(work, "-c", "user.name=t", "-c", "user.email=t@t", "am", "--quiet", str(p))
-    state = work / ".git" / "patchset" / "state.json"
-    state.parent.mkdir()
-    head = git(work, "rev-parse", "patched")
-    state.write_text(json.dumps({"upstream": old, "applied_head": head}))
+    assert git(work, "rev-parse", "upstream") == old
     (work / "mine.txt").write_text("a commit not written back\n")
     git(work, "add", "mine.txt")
     git(work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
     (work / "README").write_text("uncommitted\n")
     tree, subjects = git(work, "rev-parse", "patched^{tree}"), git(work, "log", "--format=%s%n%an", "upstream..patched")
+    record.write_text(json.dumps(info))  # as an old cache: the archive never read for the object
 
-    with pytest.raises(Exception, match="refusing to re-apply"):
+    with pytest.raises(WorkTreeError, match="refusing to re-apply"):
         apply(pinned.project)  # the commit not written back: apply refuses, as always; the move is done already
 
     assert upstream.lookup(cache_dir, pin).commit == pin.commit  # type: ignore[union-attr]
+    assert pin.commit in (fetched.repo / "shallow").read_text().split()
     assert git(work, "rev-parse", "upstream") == pin.commit
     assert git(work, "merge-base", "--is-ancestor", pin.commit, "patched") == ""
     assert git(work, "rev-parse", "patched^{tree}") == tree
     assert git(work, "log", "--format=%s%n%an", "upstream..patched") == subjects
     assert git(work, "symbolic-ref", "HEAD") == "refs/heads/patched"
     assert (work / "README").read_text() == "uncommitted\n"
-    moved = json.loads(state.read_text())
-    assert moved["upstream"] == pin.commit and moved["applied_head"] == git(work, "rev-parse", "patched~1")
+    assert git(work, "rev-list", "--count", "patched") == "5"  # the pin (shallow), three patches and mine
     # the stand-in stays readable (backups made on it), under a ref of its own
     assert git(fetched.repo, "rev-parse", f"refs/patchset/imports/{old}") == old
+    # the state moved with it: without the user's work, `patched` is what apply makes, and apply does nothing
+    git(work, "checkout", "--quiet", "--", "README")
+    git(work, "reset", "--quiet", "--hard", "HEAD~1")
+    assert apply(pinned.project).noop
+    assert git(work, "rev-parse", "upstream") == pin.commit
 
 
 def test_a_bundle_carries_the_shallow_pin_commit(pinned: Proj, cache_dir: Path, tmp_path: Path) -> None:

@@ -287,7 +287,11 @@ class WorkRepo:
         moved_refs = [(sha, ref) for sha, ref in heads if ref != f"refs/heads/{UPSTREAM}"
                       and self.git.run("merge-base", "--is-ancestor", old, sha, check=False).returncode == 0]
         detached = None if self.git.current_branch() else self.git.rev("HEAD")
-        tips = [sha for sha, _ in moved_refs] + ([detached] if detached else [])
+        # the state's head too: a run killed after moving `patched` but before saving the state is
+        # finished by the next one (the same commits written again give the same ids)
+        recorded = [c for c in (state.applied_head,) if c and self.git.rev(c)
+                    and self.git.run("merge-base", "--is-ancestor", old, c, check=False).returncode == 0]
+        tips = [sha for sha, _ in moved_refs] + ([detached] if detached else []) + recorded
         mapping = {old: new}
         if tips:
             for c in self.git.out("rev-list", "--topo-order", "--reverse", *tips, "--not", old).split():
@@ -296,11 +300,12 @@ class WorkRepo:
             self.git.update_ref(ref, mapping.get(sha, sha), f"patchset: {old[:12]} -> {new[:12]} (same tree)")
         if detached and detached in mapping:
             self.git.run("update-ref", "--no-deref", "HEAD", mapping[detached])
-        self.git.update_ref(f"refs/heads/{UPSTREAM}", new, f"patchset: {old[:12]} -> {new[:12]} (same tree)")
         state.applied_head = mapping.get(state.applied_head, state.applied_head)
         state.upstream = mapping.get(state.upstream, state.upstream)
         state.formatted = [[mapping.get(row[0], row[0]), *row[1:]] for row in state.formatted]
         self.save_state(state)
+        # last: until `upstream` moves, the next run does this again (and finds the branches moved)
+        self.git.update_ref(f"refs/heads/{UPSTREAM}", new, f"patchset: {old[:12]} -> {new[:12]} (same tree)")
         log.info("the pin's commit in %s was %s; it is now %s (the same tree): %d branch(es) moved onto it",
                  self.path, old[:12], new[:12], len(moved_refs))
 

@@ -13,6 +13,7 @@ library's tokenizer. CMake: quoted and bracket arguments, line and bracket comme
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import tokenize
@@ -27,19 +28,24 @@ _PPNUM = re.compile(r"\.?\d(?:[eEpP][+-]|'[\w]|[\w.])*")
 _ENCODING = re.compile(r"(?:u8|u|U|L)?")
 _RAW = re.compile(r'(?:u8|u|U|L)?R"([^()\\\s]{0,16})\(')
 _DIRECTIVE_END = "<end of directive>"
+_BLANKS = re.compile(r"[^\S\n]+")
 
 
-def tokens(text: str, name: str) -> list[str] | None:
-    """The tokens of file `name` (its path: the suffix picks the language) without comments; None: no lexer."""
+@functools.lru_cache(maxsize=8)
+def tokens(text: str, name: str) -> tuple[str, ...] | None:
+    """The tokens of file `name` (its path: the suffix picks the language) without comments; None: no lexer.
+
+    Kept for the last few files: every hunk of a file compares against the same file after the patch."""
     base = name.rsplit("/", 1)[-1]
     suffix = "." + base.rsplit(".", 1)[-1] if "." in base else ""
+    found: list[str] | None = None
     if suffix in C_LIKE:
-        return c_tokens(text)
-    if suffix == ".py":
-        return python_tokens(text)
-    if base == "CMakeLists.txt" or suffix == ".cmake":
-        return cmake_tokens(text)
-    return None
+        found = c_tokens(text)
+    elif suffix == ".py":
+        found = python_tokens(text)
+    elif base == "CMakeLists.txt" or suffix == ".cmake":
+        found = cmake_tokens(text)
+    return None if found is None else tuple(found)
 
 
 def c_tokens(text: str) -> list[str]:
@@ -57,7 +63,8 @@ def c_tokens(text: str) -> list[str]:
             i += 1
             continue
         if ch.isspace():
-            i += 1
+            m = _BLANKS.match(text, i)
+            i = m.end() if m else i + 1
             continue
         if text.startswith("//", i):
             j = text.find("\n", i)

@@ -102,3 +102,6 @@ def test_the_c_lexer() -> None:
     assert c_tokens("#define A 1 \\\n + 2\nint b;") == c_tokens("#define A 1 + 2\nint b;")
     assert c_tokens("#define A 1\n+ 2\nint b;") != c_tokens("#define A 1 + 2\nint b;")
     assert c_tokens("#include <a//b.h>\n") == ["#", "include", "<a//b.h>", "<end of directive>"]
+    # a backslash-newline joins lines everywhere but inside a raw string, which keeps it as written
+    assert c_tokens('x = R"d(a\\\nb)d"; i\\\nnt y;') == ["x", "=", 'R"d(a\\\nb)d"', ";", "int", "y", ";"]
+    assert c_tokens('x = R"d(a\\\nb)d";') != c_tokens('x = R"d(ab)d";')

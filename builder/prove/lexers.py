@@ -50,7 +50,15 @@ def tokens(text: str, name: str) -> tuple[str, ...] | None:
 
 def c_tokens(text: str) -> list[str]:
     """C, C++ and Objective-C tokens, comments left out (see the module docstring)."""
-    text = text.replace("\r\n", "\n").replace("\\\n", "")
+    raw_text = text.replace("\r\n", "\n")
+    # phase 2 (a backslash-newline joins lines), with where each joined character stood: a raw string
+    # takes its characters as written, splices included (the standard reverts phase 2 inside one)
+    pieces = raw_text.split("\\\n")
+    text = "".join(pieces)
+    starts, at = [], 0
+    for piece in pieces:
+        starts.append((at, len(piece)))
+        at += len(piece) + 2
     out: list[str] = []
     i, n = 0, len(text)
     line_start, directive, include = True, False, False
@@ -97,10 +105,11 @@ def c_tokens(text: str) -> list[str]:
         m = _RAW.match(text, i)
         if m:
             close = f"){m.group(1)}\""
-            j = text.find(close, m.end())
-            j = n if j < 0 else j + len(close)
-            out.append(text[i:j])
-            i = j
+            begin = _written(starts, m.end())
+            j = raw_text.find(close, begin)
+            j = len(raw_text) if j < 0 else j + len(close)
+            out.append(text[i:m.end()] + raw_text[begin:j])
+            i = _joined(starts, j)
             continue
         m = _ENCODING.match(text, i)
         q = m.end() if m else i
@@ -125,6 +134,27 @@ def c_tokens(text: str) -> list[str]:
     if directive:
         out.append(_DIRECTIVE_END)
     return out
+
+
+def _written(starts: list[tuple[int, int]], k: int) -> int:
+    """Where character `k` of the joined text stands in the text as written (`starts`: each joined
+    piece's start there, and its length)."""
+    for start, length in starts:
+        if k <= length:
+            return start + k
+        k -= length
+    return starts[-1][0] + starts[-1][1]
+
+
+def _joined(starts: list[tuple[int, int]], w: int) -> int:
+    """The position in the joined text of the character at `w` in the text as written (or of the one after
+    a splice that `w` falls in)."""
+    k = 0
+    for start, length in starts:
+        if w <= start + length:
+            return k + max(0, w - start)
+        k += length
+    return k
 
 
 def _literal_end(text: str, q: int) -> int:

@@ -60,8 +60,9 @@ def _text(small: dict[str, bytes], name: str) -> str:
 
 
 def commit_marker(archive: Path, subdir: str, files: Path,
-                   commit: str = "") -> tuple[CommitMarker | None, list[str]]:
-    """The first commit marker found (see the module docstring), and the places looked at.
+                  commit: str = "") -> tuple[CommitMarker | None, list[str]]:
+    """The first commit marker found (the order: `builder.upstream.pinwrite`'s docstring), and the places
+    looked at; `files`: the archive's `subdir` as extracted (its build-info files are markers too).
 
     With `commit`, the archive's copy of that commit object when it has one (else the marker).
     """

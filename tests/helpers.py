@@ -379,6 +379,24 @@ def make_sdist(path: Path, files: dict[str, str], *, top: str = "pkg-1.0", subdi
     return path
 
 
+NOTE = {"notes/pin.txt": "the pinned commit\n"}
+"""A file of the pinned commit: a commit after upstream's first, so that it has a parent (`sdist_with_commit`)."""
+
+
+def sdist_with_commit(path: Path, up: Upstream, commit: str, files: dict[str, str]) -> Path:
+    """An sdist of `files` (the tree of `commit`) carrying the submodule's git dir: HEAD and the
+    commit's loose object, as upstream's git wrote it."""
+    obj = (up.src / ".git" / "objects" / commit[:2] / commit[2:]).read_bytes()
+    return make_sdist(path, files, package_files={".git/modules/vendor/up/HEAD": f"{commit}\n",
+                                                  f".git/modules/vendor/up/objects/{commit[:2]}/{commit[2:]}": obj})
+
+
+def sdist_first(archive: Path, up: Upstream) -> list[dict[str, str]]:
+    # the sdist first: the pin never comes from git; the git source serves only the history after it
+    return [{"kind": "sdist", "url": archive.as_uri(), "sha256": sha256(archive), "subdir": "vendor/up"},
+            {"kind": "git", "url": up.url}]
+
+
 def evil_member(name: str, *, symlink_to: str | None = None, hardlink_to: str | None = None,
                 device: bool = False) -> tarfile.TarInfo:
     if symlink_to is not None:

@@ -18,6 +18,7 @@ writes among them), and every point with PATCHSET_FAULT_ALL=1.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -27,7 +28,9 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    NOTE,
     PATCH3_TEST_X_C,
+    UPSTREAM_FILES,
     Upstream,
     commit,
     fsck_clean,
@@ -35,9 +38,14 @@ from helpers import (
     make_project,
     make_upstream,
     run_patchset,
+    sdist_first,
+    sdist_with_commit,
 )
 
+from builder.gitrepo import GitRepo
 from builder.series.workrepo import WorkRepo
+from builder.upstream.fetch import stand_in
+from builder.upstream.pin import SdistSource, load_pin
 from tests.test_cli_pipeline import SUB_FIX, UPSTREAM, program
 
 KILLED = -signal.SIGKILL
@@ -211,12 +219,40 @@ def undo_move_scenario(verb: str) -> Callable[[Path], Scenario]:
     return make
 
 
+def stand_in_scenario(tmp_path: Path) -> Scenario:
+    """`apply` on a cache and work repository that an earlier patchset made on a stand-in commit: the
+    cache moves onto upstream's own commit read from the sdist, the work repository's branches follow."""
+    up = make_upstream(tmp_path)
+    c1 = up.advance(NOTE, "upstream: a note\n")
+    up = dataclasses.replace(up, commit=c1, tree=up.tree_of(c1))
+    archive = sdist_with_commit(tmp_path / "dist" / "pkg-1.0.tar.gz", up, c1, {**UPSTREAM_FILES, **NOTE})
+    s = Scenario(tmp_path, up, ("apply",))
+    make_project(s.live, up, s.cache, sources=sdist_first(archive, up))
+    assert s.run("apply")[0] == 0
+    # the cache as the old code left it (the archive marked read while `apply` moves the work onto it)
+    cache = s.cache / "upstream" / "llama.cpp.git"
+    pin = load_pin(s.root / "upstream" / "llama.cpp.toml")
+    src = pin.sources[0]
+    assert isinstance(src, SdistSource)
+    old = stand_in(GitRepo(cache), pin, src, pin.tree)
+    record = cache / "patchset-pins" / f"{pin.commit}.json"
+    info = {**json.loads(record.read_text()), "local": old}
+    record.write_text(json.dumps({**info, "archive_read": True}))
+    git(cache, "update-ref", f"refs/patchset/pins/{pin.commit}", old)
+    assert s.run("apply")[0] == 0
+    assert git(s.root / ".patchset" / "work" / "llama.cpp", "rev-parse", "upstream") == old
+    record.write_text(json.dumps(info))
+    (cache / "shallow").unlink()
+    (cache / "objects" / c1[:2] / c1[2:]).unlink()
+    return s
+
+
 SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "fetch": fetch_scenario, "apply": apply_scenario, "refresh": refresh_scenario, "rebase": rebase_scenario,
     "verify": verify_scenario,
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
-    "undo-rebase": undo_move_scenario("rebase"),
+    "undo-rebase": undo_move_scenario("rebase"), "apply-stand-in": stand_in_scenario,
 }
 
 

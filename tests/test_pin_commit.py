@@ -15,7 +15,18 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import PATCH2_B_C, UPSTREAM_FILES, Proj, Upstream, git, make_project, make_sdist, pin_toml, sha256
+from helpers import (
+    NOTE,
+    PATCH2_B_C,
+    UPSTREAM_FILES,
+    Proj,
+    Upstream,
+    git,
+    make_project,
+    pin_toml,
+    sdist_first,
+    sdist_with_commit,
+)
 
 from builder.errors import WorkTreeError
 from builder.gitrepo import GitRepo
@@ -27,31 +38,14 @@ from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 from tests.test_fixed_upstream import _missing_backend
 
-GITDIR = ".git/modules/vendor/up"
-NOTE = {"notes/pin.txt": "the pinned commit\n"}
-
-
-def _sdist(path: Path, up: Upstream, commit: str, files: dict[str, str]) -> Path:
-    """An sdist of `files` (the tree of `commit`) carrying the submodule's git dir: HEAD and the
-    commit's loose object, as upstream's git wrote it."""
-    obj = (up.src / ".git" / "objects" / commit[:2] / commit[2:]).read_bytes()
-    return make_sdist(path, files, package_files={f"{GITDIR}/HEAD": f"{commit}\n",
-                                                  f"{GITDIR}/objects/{commit[:2]}/{commit[2:]}": obj})
-
-
-def _sources(archive: Path, up: Upstream) -> list[dict[str, str]]:
-    # the sdist first: the pin never comes from git; the git source serves only the history after it
-    return [{"kind": "sdist", "url": archive.as_uri(), "sha256": sha256(archive), "subdir": "vendor/up"},
-            {"kind": "git", "url": up.url}]
-
 
 @pytest.fixture
 def pinned(tmp_path: Path, up: Upstream, cache_dir: Path) -> Proj:
     """A project pinned at a commit with a parent (so its history is really cut), from the sdist."""
     c1 = up.advance(NOTE, "upstream: a note\n")
-    archive = _sdist(tmp_path / "dist" / "pkg-1.0.tar.gz", up, c1, {**UPSTREAM_FILES, **NOTE})
+    archive = sdist_with_commit(tmp_path / "dist" / "pkg-1.0.tar.gz", up, c1, {**UPSTREAM_FILES, **NOTE})
     return make_project(tmp_path, dataclasses.replace(up, commit=c1, tree=up.tree_of(c1)), cache_dir,
-                        sources=_sources(archive, up))
+                        sources=sdist_first(archive, up))
 
 
 def test_a_pin_from_the_sdist_is_upstreams_own_commit_and_history_connects(pinned: Proj, cache_dir: Path) -> None:
@@ -102,9 +96,9 @@ def test_where_history_is_missing_the_row_says_merged_as_was_not_checked(
     up.advance({"src/b.c": PATCH2_B_C}, "b: take the fix\n")
     newer = up.advance({"README": "moved\n"}, "readme\n")
     files = {**UPSTREAM_FILES, **NOTE, "src/b.c": PATCH2_B_C, "README": "moved\n"}
-    archive = _sdist(tmp_path / "dist2" / "pkg-1.1.tar.gz", up, newer, files)
+    archive = sdist_with_commit(tmp_path / "dist2" / "pkg-1.1.tar.gz", up, newer, files)
     new_pin = tmp_path / "new.toml"
-    new_pin.write_text(pin_toml(newer, up.tree_of(newer), _sources(archive, up)[:1]))
+    new_pin.write_text(pin_toml(newer, up.tree_of(newer), sdist_first(archive, up)[:1]))
 
     report = dry_run_rebase(pinned.project, str(new_pin), checker(pinned.project, _missing_backend()))
 

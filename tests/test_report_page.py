@@ -21,6 +21,7 @@ from builder.deliver import report_page
 from builder.errors import InputError
 from builder.prove import backends_doc
 from builder.series.canary import CanaryReport, Commit, PatchCanary
+from builder.series.dropped import DropRecord
 from builder.series.model import load_series
 from builder.series.status import PatchStatus
 from builder.upstream.pin import load_pin
@@ -278,3 +279,23 @@ def test_the_matrix_fits_a_1280_px_screen_in_chromium(tmp_path: Path) -> None:
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (1280, 900)
     SCREENSHOT.parent.mkdir(exist_ok=True)
     shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_upstream_words_are_status_words_a_url_is_a_link_and_dropped_patches_are_listed() -> None:
+    """The upstream column shows the word status reads from `Patchset-Upstream` (a word this page does not
+    know, such as a newer `fork-only`, as written) and what follows it, a URL as a link; the patches
+    `patches/dropped` took out are listed with why; status's problems are shown."""
+    series = load_series(ROOT / "patches")
+    rows = list(_statuses(ROOT))
+    url = "https://github.com/ggml-org/llama.cpp/pull/1234?a=1&b=2"
+    rows[0] = PatchStatus(rows[0].index, rows[0].name, rows[0].subject, False, False, "sent", url)
+    rows[1] = PatchStatus(rows[1].index, rows[1].name, rows[1].subject, False, False, "fork-only", "")
+    dropped = (DropRecord("0009-ggml-old-fix.patch", "1" * 40, "2" * 40, "fixed-upstream",
+                          "test-x: CASE(a=1) passes on upstream without the fix"),)
+    html = report_page.render(report_page.gather(series, tuple(rows), load_pin(ROOT / "upstream" / "llama.cpp.toml"),
+                                                 EVIDENCE, dropped=dropped, problems=("a problem status saw",),
+                                                 now=NOW))
+    assert f'<a href="{url.replace("&", "&amp;")}">' in html
+    text = Page(html).all_text
+    assert "fork-only" in text and "0009-ggml-old-fix.patch" in text and "fixed-upstream" in text
+    assert "test-x: CASE(a=1) passes on upstream without the fix" in text and "a problem status saw" in text

@@ -20,6 +20,8 @@ from builder.compile.cmakebuild import PROFILES
 from builder.deliver import report_page
 from builder.errors import InputError
 from builder.prove import backends_doc
+from builder.prove.cases import ROLES
+from builder.prove.verify import OUTCOMES
 from builder.series.canary import CanaryReport, Commit, PatchCanary
 from builder.series.dropped import DropRecord
 from builder.series.model import load_series
@@ -135,6 +137,9 @@ def test_the_page_of_the_real_series_says_what_its_committed_records_say(tmp_pat
         entry = manifest[f"{b}/verify.json"]
         assert entry["command"] in page.all_text and entry["date"] in page.all_text
     assert "script" not in page.tags and "link" not in page.tags
+    # what the words mean: verify's own tables, their `code` spans as code
+    for _word, meaning in (*OUTCOMES, *ROLES):
+        assert meaning.replace("`", "") in page.all_text
 
 
 def _evidence_root(tmp_path: Path, records: dict[str, dict], backend: str = "metal-linux") -> Path:

@@ -23,13 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from builder.compile.cmakebuild import PROFILES
 from builder.deliver import committed
 from builder.errors import InputError
 from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.prove import backends_doc
-from builder.prove.verify import BUILD_FAILED, NEEDS, NOT_PROVEN, PROVEN, REGRESSED, recorded_outcome
+from builder.prove.cases import CANNOT_TELL, ROLES
+from builder.prove.verify import BUILD_FAILED, NEEDS, NOT_PROVEN, OUTCOMES, PROVEN, REGRESSED, recorded_outcome
 from builder.series.canary import CanaryReport
 from builder.series.dropped import DropRecord
 from builder.series.model import Series
@@ -37,8 +39,6 @@ from builder.series.status import PatchStatus
 from builder.upstream.pin import Pin
 
 PAGE = "index.html"
-CANNOT_TELL = "cannot tell"
-"""The start of a `not proven` reason whose before run stopped at its time limit (docs/verify.md)."""
 STAND_IN = "stand-in"
 """A record that carries a `note`: a run on a stand-in for the backend's hardware, not on it."""
 
@@ -273,16 +273,27 @@ def gather(series: Series, patches: tuple[PatchStatus, ...], pin: Pin, evidence_
                 problems)
 
 
+def _ticks(text: str) -> markupsafe.Markup:
+    """`text` escaped, its `backquoted` spans (the Markdown of the docs' tables) as <code>."""
+    parts = text.split("`")
+    return markupsafe.Markup("").join(markupsafe.Markup("<code>%s</code>") % p if i % 2 else markupsafe.escape(p)
+                                      for i, p in enumerate(parts))
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("builder.deliver", "data"), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("builder.deliver", "data"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.filters["ticks"] = _ticks
+    return env
 
 
 def render(page: Page) -> str:
     """The page as one self-contained HTML document."""
-    return _environment().get_template("report.html.j2").render(page=page, not_run=backends_doc.NOT_RUN,
-                                                                 not_verified=backends_doc.NOT_VERIFIED)
+    # the words' meanings are verify's own tables (docs/verify.md prints the same)
+    return _environment().get_template("report.html.j2").render(
+        page=page, not_run=backends_doc.NOT_RUN, not_verified=backends_doc.NOT_VERIFIED, outcomes=OUTCOMES,
+        roles=ROLES)
 
 
 def write(page: Page, out_dir: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -58,13 +59,13 @@ class Page(HTMLParser):
             self.marks[self._cell] = []
         if tag == "tr" and a.get("class") == "patch":
             self.rows.append(a.get("id") or "")
-        if tag == "span":
+        if tag in ("span", "a"):
             self._span = a.get("class") or ""
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "td":
             self._cell = None
-        if tag == "span":
+        if tag in ("span", "a"):
             self._span = ""
 
     def handle_data(self, data: str) -> None:
@@ -231,14 +232,15 @@ def test_report_writes_the_page_and_refuses_a_file_that_is_not_a_canary_report(t
 
 # -- in a real browser --------------------------------------------------------------------------
 _MEASURE = """<script>
-window.addEventListener('load', () => {
+window.addEventListener('load', () => setTimeout(() => {
   const m = document.querySelector('table.matrix').getBoundingClientRect();
   const out = document.createElement('pre');
   out.id = 'measure';
   out.textContent = JSON.stringify({viewport: window.innerWidth, page: document.documentElement.scrollWidth,
-                                    left: m.left, right: m.right, top: m.top});
+                                    left: m.left, right: m.right, top: m.top,
+                                    open: [...document.querySelectorAll('details[open]')].map(d => d.id)});
   document.body.appendChild(out);
-});
+}, 100));
 </script>"""
 """Added to a copy of the page only: the page itself has no script."""
 
@@ -252,11 +254,11 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=180, check=False)
 
 
-def _measure(tmp_path: Path, page: Path, width: int) -> dict:
+def _measure(tmp_path: Path, page: Path, width: int, fragment: str = "") -> dict:
     probe = page.with_name(f"measure-{width}.html")
     probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
     r = _chromium(tmp_path, "--virtual-time-budget=5000", f"--window-size={width},900", "--dump-dom",
-                  probe.as_uri())
+                  probe.as_uri() + fragment)
     assert r.returncode == 0, r.stderr[-2000:]
     start = r.stdout.index('<pre id="measure">') + len('<pre id="measure">')
     return json.loads(r.stdout[start: r.stdout.index("</pre>", start)])
@@ -274,8 +276,13 @@ def test_the_matrix_fits_a_1280_px_screen_in_chromium(tmp_path: Path) -> None:
     assert wide["viewport"] == 1280
     assert wide["page"] <= 1280 and wide["left"] >= 0 and wide["right"] <= 1280, wide
     assert wide["top"] < 900, wide
+    assert wide["open"] == []
     narrow = _measure(tmp_path, page, 390)
     assert narrow["page"] <= narrow["viewport"], narrow
+    # a cell's words link into its record, which the browser opens: the cases one click from the cell
+    link = re.search(r'<a class="word" href="(#patch-3-cpu-evidence)"', page.read_text())
+    assert link, "patch 3's cpu cell links to its record"
+    assert _measure(tmp_path, page, 1280, link[1])["open"] == ["patch-3-cpu"]
 
     shot = tmp_path / "report-screenshot.png"
     r = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", page.as_uri())

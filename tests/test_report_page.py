@@ -311,3 +311,20 @@ def test_upstream_words_are_status_words_a_url_is_a_link_and_dropped_patches_are
     text = Page(html).all_text
     assert "fork-only" in text and "0009-ggml-old-fix.patch" in text and "fixed-upstream" in text
     assert "test-x: CASE(a=1) passes on upstream without the fix" in text and "a problem status saw" in text
+
+
+def test_a_damaged_verify_json_is_shown_as_no_record_not_a_crash(tmp_path: Path) -> None:
+    """A `verify.json` whose `patches` is not an object, or a record of odd types, renders: the cells say
+    there is no record, or show the values as written."""
+    series = load_series(ROOT / "patches")
+    root = _evidence_root(tmp_path, {})
+    (root / "metal-linux" / "verify.json").write_text(json.dumps({"patches": ["not", "an", "object"]}))
+    stem = series.patches[0].name.removesuffix(".patch")
+    _evidence_root(tmp_path / "other", {stem: {"outcome": "proven", "created": 20261201, "cases": ["x"],
+                                               "hunks": "none", "steps": [{"tests": "none"}, "x"]}}, "cuda")
+    shutil.copytree(tmp_path / "other" / "evidence" / "cuda", root / "cuda")
+    page = Page(report_page.render(report_page.gather(series, _statuses(ROOT), load_pin(ROOT / "upstream" /
+                                                      "llama.cpp.toml"), root, now=NOW)))
+    assert page.cells[(series.patches[0].name, "metal-linux")] == backends_doc.NOT_VERIFIED
+    assert page.cells[(series.patches[0].name, "cuda")] == "proven"
+    assert "20261201" in page.all_text

@@ -256,7 +256,8 @@ def gather(series: Series, patches: tuple[PatchStatus, ...], pin: Pin, evidence_
         cells = []
         for b in backends:
             ev = evidence.get(b)
-            rec = ev.verify.get("patches", {}).get(stem) if ev else None
+            recs = ev.verify.get("patches") if ev else None
+            rec = recs.get(stem) if isinstance(recs, dict) else None
             if ev is None:
                 cells.append(Cell(b, backends_doc.NOT_RUN, "none"))
             elif not isinstance(rec, dict) or not rec:

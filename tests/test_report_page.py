@@ -142,6 +142,14 @@ def test_the_page_of_the_real_series_says_what_its_committed_records_say(tmp_pat
     for _word, meaning in (*OUTCOMES, *ROLES):
         assert meaning.replace("`", "") in page.all_text
 
+    # --state: the very files verify --report read, the same words; no record is "not verified there"
+    assert main(["--project", str(ROOT), "report", "--html", str(tmp_path / "site"), "--state"]) == 0
+    mine = Page((tmp_path / "site" / "index.html").read_text())
+    assert {k: w for k, w in mine.cells.items() if w != backends_doc.NOT_VERIFIED} == words
+    assert "this machine's evidence under .patchset/evidence/" in mine.all_text
+    host = next(iter(committed.values()))["host"]
+    assert host["compiler"] in mine.all_text
+
 
 def _evidence_root(tmp_path: Path, records: dict[str, dict], backend: str = "metal-linux") -> Path:
     root = tmp_path / "evidence"

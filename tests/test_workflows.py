@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import test_report_page as trp
 import test_verify as tv
 import yaml
 from helpers import objc_toolchain_found, patchset_argv
@@ -251,6 +252,13 @@ def test_the_metal_workflow_steps_produce_their_outputs_on_linux(tmp_path: Path)
         assert row is not None, f"{patch} missing from the report artifact:\n{text}"
         assert cells["cpu"] in row
 
+    # issue 46: the page of the same records, each cell in the words of the outcome table
+    script, step_env = steps["the series at a glance, with this run's proofs"]
+    r = run_step(script, project, {**env, **step_env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = trp.Page((project / "metal-page" / "index.html").read_text())
+    assert {p: page.cells[(p, "cpu")] for p, _ in recorded} == {p: cells["cpu"] for p, cells in recorded}
+
 
 def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed() -> None:
     """bump.yml (issue 23): its own repository only, the CPU, and bump's own check of each patch's
@@ -327,8 +335,7 @@ def test_linux_cpu_publishes_the_report_page_and_its_screenshot() -> None:
     upload = next(i for i, s in enumerate(steps) if s.get("with", {}).get("name") == "series-report")
     assert made < upload
     assert set(steps[upload]["with"]["path"].split()) == {".patchset/report/", ".patchset/report-screenshot.png"}
-    import test_report_page  # noqa: PLC0415 (the screenshot's path is the browser test's)
-    assert test_report_page.SCREENSHOT.relative_to(ROOT).as_posix() == ".patchset/report-screenshot.png"
+    assert trp.SCREENSHOT.relative_to(ROOT).as_posix() == ".patchset/report-screenshot.png"
     summary = [s for s in steps[upload + 1:] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
     assert summary and "report-artifact.outputs.artifact-url" in str(summary[0]["env"])
     pages = doc["jobs"]["pages"]

@@ -22,6 +22,9 @@ EXAMPLE = """examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", type=Path, required=True, metavar="DIR",
                    help="the folder to write index.html into (made when missing; the page is the only file)")
+    p.add_argument("--state", action="store_true",
+                   help="the proofs of this machine's runs (.patchset/evidence/, what `verify --report` prints: a "
+                        "CI job's own verify) instead of the committed evidence under docs/evidence/")
     p.add_argument("--canary", type=Path, metavar="FILE",
                    help="a canary report, as `patchset canary --json` prints it: the page then maps where each "
                         "patch breaks over its range")
@@ -32,7 +35,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     st = status(project)
     page = report_page.gather(load_series(project.patches_dir), st.patches, st.pin,
                               project.root / "docs" / "evidence", dropped=st.dropped, problems=st.problems,
-                              canary=canary, canary_file=args.canary.name if args.canary else "")
+                              canary=canary, canary_file=args.canary.name if args.canary else "",
+                              state=project.evidence_dir if args.state else None)
     target = report_page.write(page, args.html)
     proven = sum(1 for r in page.rows if any(c.state == "proven" for c in r.cells))
     console.print(f"{target}: {len(page.rows)} patch(es), {proven} proven on at least one backend"

@@ -6,7 +6,9 @@ The page holds, in the series' order, each patch's subject and where it stands u
 (`docs/evidence/<backend>/verify.json`: each cell the words `verify --report` prints for the record,
 `backends_doc`'s words where there is none), the run behind each backend's evidence (its
 `MANIFEST.json` entry: command, date, machine) and, with a canary report (`canary --json`), where
-each patch breaks over the range. Behind each cell, one click away (`<details>`), the record's own
+each patch breaks over the range. With `state`, the records are this machine's instead (the
+state folder's `evidence/<patch>/<backend>.json`, exactly what `verify --report` reads: a CI job's own
+runs, committed or not). Behind each cell, one click away (`<details>`), the record's own
 text: its reason, note, steps and test runs, cases, mutations and hunks. Fields this renderer does
 not know (newer evidence) are shown as the record writes them; absent ones are old evidence.
 
@@ -29,7 +31,7 @@ from builder.compile.cmakebuild import PROFILES
 from builder.deliver import committed
 from builder.errors import InputError
 from builder.fsutil import atomic_write_text, load_json, sha256_file
-from builder.prove import backends_doc
+from builder.prove import backends_doc, evidence
 from builder.prove.cases import CANNOT_TELL, ROLES
 from builder.prove.verify import BUILD_FAILED, NEEDS, NOT_PROVEN, OUTCOMES, PROVEN, REGRESSED, recorded_outcome
 from builder.series.canary import CanaryReport
@@ -97,6 +99,8 @@ class Cell:
     trees: tuple[TreeRun, ...] = ()
     cases: tuple[dict, ...] = ()
     hunks: tuple[dict, ...] = ()
+    host: tuple[tuple[str, str], ...] = ()
+    """Where the run was made, as the record's `host` says it (platform, cpus, compiler, ...)."""
     extra: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -140,6 +144,9 @@ class Page:
     title: str
     pin: str
     made: str
+    source: str
+    """Where the proof records come from, in words (the committed evidence, or this machine's)."""
+    committed: bool
     rows: tuple[Row, ...]
     columns: tuple[Column, ...]
     dropped: tuple[DropRecord, ...]
@@ -211,12 +218,29 @@ def cell_of(backend: str, rec: dict, now: datetime, older: str = "") -> Cell:
     marks = ((CANNOT_TELL,) if reason.startswith(CANNOT_TELL) else ()) + ((STAND_IN,) if note else ()) + \
         ((f"older revision {older[:12]}",) if older else ())
     holds = rec.get("holds") or {}
+    host = rec.get("host") or {}
     created = _text(rec.get("created", ""))
     return Cell(backend, word, _state(word), marks, created, _age(created, now), reason, note,
                 _text(holds.get("why", "")) if isinstance(holds, dict) else "",
                 tuple(_tree(s) for s in rec.get("steps") or () if isinstance(s, dict)),
                 tuple(c for c in rec.get("cases") or () if isinstance(c, dict)), hunks,
-                _extra(rec, _RECORD_KNOWN))
+                _extra(host, set()) if isinstance(host, dict) else (), _extra(rec, _RECORD_KNOWN))
+
+
+def state_records(series: Series, state_evidence: Path) -> dict[str, dict[str, dict]]:
+    """This machine's records, backend -> patch stem -> record: the files `verify --report` reads
+    (`evidence.paths`); one that does not parse is no record, as there."""
+    found: dict[str, dict[str, dict]] = {}
+    for p in series.patches:
+        for b in PROFILES:
+            path = evidence.paths(state_evidence, p.name, b)[0]
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                continue
+            if isinstance(data, dict):
+                found.setdefault(b, {})[p.name.removesuffix(".patch")] = data
+    return found
 
 
 def load_canary(path: Path) -> CanaryReport:
@@ -233,14 +257,19 @@ def load_canary(path: Path) -> CanaryReport:
 
 def gather(series: Series, patches: tuple[PatchStatus, ...], pin: Pin, evidence_root: Path, *,
            dropped: tuple[DropRecord, ...] = (), problems: tuple[str, ...] = (), canary: CanaryReport | None = None,
-           canary_file: str = "", now: datetime | None = None) -> Page:
+           canary_file: str = "", now: datetime | None = None, state: Path | None = None) -> Page:
     """The page's records: `patches` as `status` reads them, the committed evidence under `evidence_root`
-    (docs/evidence/) and its manifest, and the canary report when one is given."""
+    (docs/evidence/) and its manifest (with `state`, a state folder's evidence folder: this machine's
+    records instead, no manifest), and the canary report when one is given."""
     now = now or datetime.now(UTC)
-    evidence = backends_doc.load_evidence(evidence_root)
-    manifest = committed.load_manifest(evidence_root)
-    backends = [*PROFILES, *sorted(b for b in evidence if b not in PROFILES)]
-    recorded = {b: backends_doc.verify_run_patches(ev) for b, ev in evidence.items()}
+    if state is None:
+        found = backends_doc.load_evidence(evidence_root)
+        records = {b: ev.verify.get("patches") for b, ev in found.items()}
+        manifest = committed.load_manifest(evidence_root)
+        recorded = {b: backends_doc.verify_run_patches(ev) for b, ev in found.items()}
+    else:
+        records, manifest, recorded = dict(state_records(series, state)), {}, {}
+    backends = [*PROFILES, *sorted(b for b in records if b not in PROFILES)]
     columns = []
     for b in backends:
         note = PROFILES[b].note if b in PROFILES else ""
@@ -255,23 +284,24 @@ def gather(series: Series, patches: tuple[PatchStatus, ...], pin: Pin, evidence_
         sha = sha256_file(patch.path) if patch else ""
         cells = []
         for b in backends:
-            ev = evidence.get(b)
-            recs = ev.verify.get("patches") if ev else None
+            recs = records.get(b)
             rec = recs.get(stem) if isinstance(recs, dict) else None
-            if ev is None:
+            if b not in records and state is None:
                 cells.append(Cell(b, backends_doc.NOT_RUN, "none"))
             elif not isinstance(rec, dict) or not rec:
                 cells.append(Cell(b, backends_doc.NOT_VERIFIED, "none"))
             else:
-                then = recorded[b].get(st.name)
+                then = recorded.get(b, {}).get(st.name)
                 cells.append(cell_of(b, rec, now, then if then and sha and then != sha else ""))
         ref = st.upstream_ref
         rows.append(Row(st.index, st.name, st.subject, st.upstream, ref, ref if _URL.match(ref) else "",
                         tuple(cells)))
     title = f"{pin.name} {pin.tag or pin.commit[:12]}: {len(rows)} patch{'es' if len(rows) != 1 else ''}"
+    source = ("the committed evidence under docs/evidence/" if state is None else
+              "this machine's evidence under .patchset/evidence/ (what verify --report reads; not committed)")
     return Page(title, f"{pin.name} {pin.tag or ''} {pin.commit}".replace("  ", " "),
-                now.strftime("%Y-%m-%d %H:%M UTC"), tuple(rows), tuple(columns), dropped, canary, canary_file,
-                problems)
+                now.strftime("%Y-%m-%d %H:%M UTC"), source, state is None, tuple(rows), tuple(columns), dropped,
+                canary, canary_file, problems)
 
 
 def _ticks(text: str) -> markupsafe.Markup:

@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import test_report_page as trp
 import test_verify as tv
 import yaml
 from helpers import objc_toolchain_found, patchset_argv
@@ -251,19 +252,30 @@ def test_the_metal_workflow_steps_produce_their_outputs_on_linux(tmp_path: Path)
         assert row is not None, f"{patch} missing from the report artifact:\n{text}"
         assert cells["cpu"] in row
 
+    # issue 46: the page of the same records, each cell in the words of the outcome table
+    script, step_env = steps["the series at a glance, with this run's proofs"]
+    r = run_step(script, project, {**env, **step_env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = trp.Page((project / "metal-page" / "index.html").read_text())
+    assert {p: page.cells[(p, "cpu")] for p, _ in recorded} == {p: cells["cpu"] for p, cells in recorded}
+
 
 def test_the_bump_workflow_pins_bumps_on_the_cpu_and_checks_what_upstream_fixed() -> None:
     """bump.yml (issue 23): its own repository only, the CPU, and bump's own check of each patch's
     test, dropping (for the pull request's reviewer) the patches upstream fixed."""
     calls = [argv for where, argv in CALLS if where.startswith("bump.yml")]
-    assert [c[0] for c in calls] == ["canary", "pin", "pin", "apply", "bump"]
+    assert [c[0] for c in calls] == ["canary", "report", "pin", "pin", "apply", "bump"]
     # issue 35: the canary maps the range up to upstream's head first, each patch built and its test run
     # with the fix on the CPU (--test: as --build, and the tests); the pin is the release or the newest
     # commit the whole series survives
     canary = build_parser().parse_args(calls[0])
     assert canary.json and canary.markdown and canary.range_ == "..HEAD"
     assert canary.test and canary.backend == "cpu"
-    bump = build_parser().parse_args(calls[4])
+    # issue 46: the page of the series with the canary's map, uploaded with the reports
+    report = build_parser().parse_args(calls[1])
+    assert str(report.canary) == "canary.json" and str(report.html) == "series-report"
+    assert "series-report/" in (ROOT / ".github" / "workflows" / "bump.yml").read_text()
+    bump = build_parser().parse_args(calls[5])
     assert bump.backend == "cpu" and bump.drop_fixed
     text = (ROOT / ".github" / "workflows" / "bump.yml").read_text()
     assert "upstream/hold" in text and '--repo "$GITHUB_REPOSITORY"' in text
@@ -311,3 +323,23 @@ def test_the_objc_toolchain_is_built_before_the_tests_which_take_it() -> None:
     tests = [i for i, r in enumerate(runs) if "python -m pytest" in r]
     assert built and tests and built[0] < tests[0]
     assert doc["env"]["PATCHSET_TEST_OBJC_CACHE"] == doc["env"]["PATCHSET_CACHE"]
+
+
+def test_linux_cpu_publishes_the_report_page_and_its_screenshot() -> None:
+    """issue 46: the page `.ci/run` makes is uploaded with the browser test's screenshot, linked from the job
+    summary, and deployed to GitHub Pages only where the fork turns it on (PATCHSET_PAGES), from main."""
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "linux-cpu.yml").read_text())
+    steps = doc["jobs"]["test"]["steps"]
+    made = next(i for i, s in enumerate(steps) if ["report", "--html", ".patchset/report"] in
+                patchset_calls(s.get("run", "")))
+    upload = next(i for i, s in enumerate(steps) if s.get("with", {}).get("name") == "series-report")
+    assert made < upload
+    assert set(steps[upload]["with"]["path"].split()) == {".patchset/report/", ".patchset/report-screenshot.png"}
+    assert trp.SCREENSHOT.relative_to(ROOT).as_posix() == ".patchset/report-screenshot.png"
+    summary = [s for s in steps[upload + 1:] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+    assert summary and "report-artifact.outputs.artifact-url" in str(summary[0]["env"])
+    pages = doc["jobs"]["pages"]
+    assert pages["needs"] == "test" and "vars.PATCHSET_PAGES == 'true'" in pages["if"]
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in pages["steps"])
+    assert any(s.get("uses", "").startswith("actions/upload-pages-artifact@") and
+               "vars.PATCHSET_PAGES == 'true'" in s["if"] for s in steps)

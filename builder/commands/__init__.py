@@ -9,7 +9,7 @@ from types import ModuleType
 
 NAMES = (
     "fetch", "apply", "refresh", "status", "rebase", "check", "build", "test", "slice", "verify",
-    "all", "pin", "export", "evidence", "wheel", "gc", "bump", "canary", "toolchain",
+    "all", "pin", "export", "evidence", "report", "wheel", "gc", "bump", "canary", "toolchain",
     "init", "new", "edit", "drop", "move", "mark", "undo", "completion", "help",
 )
 

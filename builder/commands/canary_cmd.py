@@ -13,7 +13,7 @@ from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.canary import FOLLOWED, CanaryReport, PatchCanary, canary
+from builder.series.canary import CanaryReport, canary
 from builder.series.model import BACKENDS
 
 NAME = "canary"
@@ -69,52 +69,27 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     return Outcome.CONFLICT if report.broken else Outcome.OK
 
 
-def _where(report: CanaryReport) -> str:
-    return (f"{len(report.patches)} patch(es) over {report.commits} commit(s) {report.old[:12]}..{report.new[:12]}"
-            + (f", every {report.step}th" if report.step > 1 else "")
-            + f"; {report.tried} commit(s) tried ({'linear scan' if report.scan else 'bisection'})"
-            + (f", {report.builds} tree(s) built ({report.checked})" if report.checked else ", text checks only"))
-
-
 def _print(report: CanaryReport) -> None:
     table = Table("patch", "breaks at", "class", "detail", "tries")
     for p in report.patches:
         at = f"{p.broken_at.id[:12]} {p.broken_at.subject}" if p.broken_at else "-"
-        table.add_row(p.patch, at, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries))
+        table.add_row(p.patch, at, p.state, p.detail(), str(p.tries))
     console.print(table)
-    console.print(_where(report), highlight=False)
-    survives = {"": "applies", "build": "applies and builds", "test": "applies, builds and passes"}[report.checked]
-    console.print(f"newest commit where the whole series {survives}: {report.newest_whole[:12]} "
+    console.print(report.where(), highlight=False)
+    console.print(f"newest commit where the whole series {report.survives}: {report.newest_whole[:12]} "
                   f"{report.newest_subject}",
                   highlight=False, markup=False)
-
-
-def _detail(p: PatchCanary) -> str:
-    words = []
-    if p.broken_at and p.broken_at.files:
-        words.append("files: " + ", ".join(p.broken_at.files))
-    if p.hunks:
-        words.append("hunks: " + ", ".join(p.hunks))
-    if p.depends_on:
-        words.append(f"needs {p.depends_on}")
-    if p.why:
-        words.append(p.why)
-    if p.renamed:
-        words.append("renames followed: " + ", ".join(p.renamed))
-    if p.resolutions:
-        words.append("recorded resolutions reused: " + ", ".join(k[:12] for k in p.resolutions))
-    return "; ".join(words)
 
 
 def markdown(report: CanaryReport) -> str:
     """The report as a Markdown page."""
     lines = [f"# patchset canary {report.old[:12]}..{report.new[:12]}", "",
-             _where(report) + ".", "",
+             report.where() + ".", "",
              f"Newest commit where the whole series applies: `{report.newest_whole[:12]}` {report.newest_subject}",
              "", "| patch | breaks at | subject | class | detail | tries |", "| --- | --- | --- | --- | --- | --- |"]
     for p in report.patches:
         at, subject = (f"`{p.broken_at.id[:12]}`", p.broken_at.subject) if p.broken_at else ("-", "")
-        cells = [p.patch, at, subject, p.kind or (FOLLOWED if p.renamed else "applies"), _detail(p), str(p.tries)]
+        cells = [p.patch, at, subject, p.state, p.detail(), str(p.tries)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     what = {"": "Text checks only (the patches applied in a scratch index)",
             "build": "Applied in a scratch index, then built where they apply (ggml and each patch's test programs)",

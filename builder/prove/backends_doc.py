@@ -36,6 +36,11 @@ checks that it is up to date. Text outside the markers is written by hand and ke
 
 """
 
+NOT_RUN = "not run"
+"""A backend with no committed evidence at all (no run record under docs/evidence/<backend>/)."""
+NOT_VERIFIED = "not verified there"
+"""A backend with committed evidence, none of it for this patch."""
+
 # what to say for a backend with no committed evidence
 WORKFLOWS = {
     "metal": "not run: no Apple silicon here. Workflow ready: `.github/workflows/metal.yml` (build, op tests, "
@@ -95,7 +100,7 @@ def _machine(run: dict) -> str:
     return f"{host.get('machine', '?')} CPU, {host.get('cpus', '?')} cores" + (f" (the {gpu} machine)" if gpu else "")
 
 
-def _verify_run_patches(ev: BackendEvidence) -> dict[str, str]:
+def verify_run_patches(ev: BackendEvidence) -> dict[str, str]:
     """Patch file name -> sha256 as the newest run with a `verify` step recorded them."""
     runs = [r for r in ev.runs if any(s.get("step") == "verify" for s in r.get("steps", []))]
     if not runs:
@@ -121,7 +126,7 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
     out = [BEGIN, "", "## Known-positive proofs, patch by backend", ""]
     out += ["| # | patch | " + " | ".join(backends) + " |",
             "| --- | --- | " + " | ".join("---" for _ in backends) + " |"]
-    recorded = {b: _verify_run_patches(ev) for b, ev in evidence.items()}
+    recorded = {b: verify_run_patches(ev) for b, ev in evidence.items()}
     for p in series.patches:
         stem = p.name.removesuffix(".patch")
         sha = sha256_file(p.path)
@@ -130,9 +135,9 @@ def generate(series: Series, evidence_root: Path, docs_dir: Path) -> str:
             ev = evidence.get(b)
             rec = (ev.verify.get("patches", {}).get(stem) if ev else None) or {}
             if ev is None:
-                cells.append("not run")
+                cells.append(NOT_RUN)
             elif not rec:
-                cells.append("not verified there")
+                cells.append(NOT_VERIFIED)
             else:
                 cells.append(f"{rec.get('outcome', '?')} ({rec.get('created', '?')[:10]}"
                              f"{_revision_note(sha, recorded[b].get(p.name))})")

@@ -490,6 +490,12 @@ def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
         for b in buildmod.PROFILES:
             e = ev.load(project.evidence_dir, p.name, b)
             if e is not None:
-                cells[b] = e.outcome + (f" ({hk.summarize(e.hunks)})" if e.hunks_checked else "")
+                cells[b] = recorded_outcome(e.outcome, e.hunks, e.hunks_checked)
         rows.append((p.name, cells))
     return rows
+
+
+def recorded_outcome(outcome: str, hunks: tuple[dict, ...] | list[dict], hunks_checked: bool) -> str:
+    """The words of one evidence record as `verify --report` prints them: its outcome, with the hunk
+    summary where `--hunks` ran (`patchset report --html` shows the same words)."""
+    return outcome + (f" ({hk.summarize(hunks)})" if hunks_checked else "")

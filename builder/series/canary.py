@@ -96,6 +96,38 @@ class PatchCanary:
     resolutions: tuple[str, ...] = ()
     """Keys of the recorded resolutions (patches/resolutions/) reused at the newest commit where it applies."""
 
+    @property
+    def state(self) -> str:
+        """The class in words, as `canary` prints it: the kind of break, `rename, followed`, or `applies`."""
+        return self.kind or (FOLLOWED if self.renamed else "applies")
+
+    def detail(self) -> str:
+        """What else the report says of it, in one line (files, hunks, what it needs, why, renames, resolutions)."""
+        words = []
+        if self.broken_at and self.broken_at.files:
+            words.append("files: " + ", ".join(self.broken_at.files))
+        if self.hunks:
+            words.append("hunks: " + ", ".join(self.hunks))
+        if self.depends_on:
+            words.append(f"needs {self.depends_on}")
+        if self.why:
+            words.append(self.why)
+        if self.renamed:
+            words.append("renames followed: " + ", ".join(self.renamed))
+        if self.resolutions:
+            words.append("recorded resolutions reused: " + ", ".join(k[:12] for k in self.resolutions))
+        return "; ".join(words)
+
+    @classmethod
+    def from_json(cls, data: dict) -> PatchCanary:
+        """The record `as_json` wrote (`canary --json`'s `patches` entries); raises KeyError/TypeError on another."""
+        at = data.get("broken_at")
+        broken = Commit(at["commit"], at.get("subject", ""), tuple(at.get("files", ()))) if at else None
+        kind = data.get("class", "")
+        return cls(data["patch"], int(data.get("tries", 0)), broken, data.get("last_good", ""),
+                   "" if kind == FOLLOWED else kind, data.get("why", ""), data.get("depends_on", ""),
+                   tuple(data.get("hunks", ())), tuple(data.get("renamed", ())), tuple(data.get("resolutions", ())))
+
     def as_json(self) -> dict:
         return {"patch": self.patch, "tries": self.tries,
                 "broken_at": self.broken_at.as_json() if self.broken_at else None,
@@ -126,6 +158,28 @@ class CanaryReport:
     @property
     def broken(self) -> tuple[PatchCanary, ...]:
         return tuple(p for p in self.patches if p.broken_at)
+
+    def where(self) -> str:
+        """The range and how it was searched, in one line (`canary`'s report and `report --html`)."""
+        return (f"{len(self.patches)} patch(es) over {self.commits} commit(s) {self.old[:12]}..{self.new[:12]}"
+                + (f", every {self.step}th" if self.step > 1 else "")
+                + f"; {self.tried} commit(s) tried ({'linear scan' if self.scan else 'bisection'})"
+                + (f", {self.builds} tree(s) built ({self.checked})" if self.checked else ", text checks only"))
+
+    @property
+    def survives(self) -> str:
+        """What the newest whole-series commit passes, in words: applies, and builds, and passes."""
+        return {"": "applies", "build": "applies and builds", "test": "applies, builds and passes"}[self.checked]
+
+    @classmethod
+    def from_json(cls, data: dict) -> CanaryReport:
+        """The report as `canary --json` printed it (`patchset-canary/1`); raises KeyError/TypeError/ValueError
+        on another document."""
+        checked = data.get("checked", "text")
+        return cls(data["old"], data["new"], int(data["commits"]), int(data.get("step", 1)), int(data["tried"]),
+                   data["newest_whole"]["commit"], data["newest_whole"].get("subject", ""),
+                   data.get("method") == "scan", tuple(PatchCanary.from_json(p) for p in data["patches"]),
+                   "" if checked == "text" else checked, int(data.get("builds", 0)))
 
     def as_json(self) -> dict:
         return {"old": self.old, "new": self.new, "commits": self.commits, "step": self.step,

@@ -69,6 +69,11 @@ class Evidence:
     changed, existing), `before`, `after`, `role` (proof, guard case, declared guard, cannot tell,
     no proof), `guard` (the declaring trailer). Empty in evidence made before the table existed and
     where the before tree is not run case by case (it fails to compile, or passes)."""
+    conditions: dict = field(default_factory=dict)
+    """What the verdict depended on besides its trees (builder.prove.proofkeys.ProofKeys.conditions):
+    `missing` (backends it needed that the machine lacked), `timeout` (each test program's limit, s),
+    `env` (LLAMA_*/GGML_* variables set, name -> value hash), `python` (interpreter, version, packages
+    hash) for Python tests, `objc` (clang, toolchain) on metal-linux. Empty in older evidence."""
     holds: dict = field(default_factory=dict)
     """Set when a later verify carried this proof over to other trees: `why`, `checked` (when),
     `trees` (tree name -> the tree id it now holds for), `pin` (the pin commit then)."""

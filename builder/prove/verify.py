@@ -43,6 +43,7 @@ NOT_PROVEN = "not proven"
 REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
+CANNOT_TELL = "cannot tell"  # how the reason of a verdict the run could not decide begins
 
 OUTCOMES: tuple[tuple[str, str], ...] = (
     (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
@@ -170,7 +171,8 @@ class Verifier:
                                    timeout=timeout)
         self.hunk_runner = HunkRunner(self.builder, self.progress)
         self.keys = ProofKeys(project, self.work, self.builder.inputs,
-                              library=lambda backend: self.builder.library(backend).tree)
+                              library=lambda backend: self.builder.library(backend).tree,
+                              here=available_backends, timeout=timeout)
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
 
@@ -190,7 +192,9 @@ class Verifier:
             return None
         jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
         # evidence with the hunk table also answers a plain run; a --hunks run needs the table
-        if old.key == key and (old.hunks_checked or not self.hunks):
+        # "cannot tell" says what a run could not find out: it is run again, never reused as a result
+        # (a `needs X` verdict's key holds the missing X: once X is here, the key differs)
+        if old.key == key and (old.hunks_checked or not self.hunks) and not old.reason.startswith(CANNOT_TELL):
             said = _holds_reason(old) if old.holds else old.reason
             reason = f"{said} (evidence reused from the run of {old.created}: trees unchanged)"
             return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks,
@@ -254,7 +258,7 @@ class Verifier:
             tuple(steps), key, self.keys.host_info(), _now(),
             note=buildmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
-            cases=tuple(case_rows),
+            cases=tuple(case_rows), conditions=self.keys.conditions(patch, backend, tests),
             depends=self.keys.depends(patch, trees, backend, tests) if outcome == PROVEN and steps else {},
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table

@@ -69,6 +69,10 @@ class Evidence:
     changed, existing), `before`, `after`, `role` (proof, guard case, declared guard, cannot tell,
     no proof), `guard` (the declaring trailer). Empty in evidence made before the table existed and
     where the before tree is not run case by case (it fails to compile, or passes)."""
+    declared: dict = field(default_factory=dict)
+    """What the patch declared for this proof when it was made (builder.prove.evidence_rules.declared):
+    `tests` (the commands run on this backend), `before`, `backends`, `mutations` (file -> sha256).
+    Empty in older evidence (then its after tree's test commands say which tests it ran)."""
     conditions: dict = field(default_factory=dict)
     """What the verdict depended on besides its trees (builder.prove.proofkeys.ProofKeys.conditions):
     `missing` (backends it needed that the machine lacked), `timeout` (each test program's limit, s),

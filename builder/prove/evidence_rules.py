@@ -24,7 +24,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
+from builder.fsutil import sha256_file
 from builder.prove import evidence as ev
 from builder.series.model import Patch
 
@@ -47,6 +49,52 @@ class Expected:
     after_tree: str = ""
     """The patch's after tree now (the pin plus the patches up to it), when known."""
     pin_commit: str = ""
+
+    @property
+    def declared(self) -> dict:
+        """What the patch's trailers declare for its proof on this backend now (`declared`)."""
+        return declared(self.patch, self.backend)
+
+
+def declared(patch: Patch, backend: str) -> dict:
+    """What a verdict of `patch` on `backend` answers for, from its trailers and mutation files: the
+    test commands that run there (as the evidence's runs name them, less the backend's `-b`), the
+    `Patchset-Before` kind, the backends of the proof, and each mutation's sha256 ("" when missing).
+    Recorded as the evidence's `declared`; the patch's bytes alone do not say it (a mutation file is
+    not in them) and its tree does not either (trailers are not in the tree)."""
+    meta = patch.meta
+    return {"tests": [" ".join([t.program, *t.args]) for t in meta.tests if t.runs_on(backend, meta.backends)],
+            "before": meta.before, "backends": list(meta.backends),
+            "mutations": {m: sha256_file(patch.path.parent / m) if (patch.path.parent / m).is_file() else ""
+                          for m in meta.mutation}}
+
+
+def declared_differs(record: dict, now: dict, backend: str) -> str | None:
+    """Why an evidence record (a verify.json object) answers for other declared tests than `now`
+    (declared()), or None. A record made before `declared` existed is compared by the test commands
+    of its after tree's runs."""
+    said = record.get("declared")
+    if isinstance(said, dict) and said:
+        if said.get("tests") != now["tests"]:
+            return f"made for other declared tests ({_commands(said.get('tests'))}; the patch declares " \
+                   f"{_commands(now['tests'])} now)"
+        for k, what in (("before", "Patchset-Before"), ("backends", "Patchset-Backends"),
+                        ("mutations", "mutation files")):
+            if said.get(k) != now[k]:
+                return f"made for other {what} than the patch's now"
+        return None
+    after = next((s for s in record.get("steps") or () if isinstance(s, dict) and s.get("tree") == "after"), None)
+    if after is None or not after.get("tests"):
+        return None
+    device = f" -b {buildmod.profile(backend).device}" if backend in buildmod.PROFILES else ""
+    ran = [str(t.get("command", "")) for t in after["tests"] if isinstance(t, dict)]
+    if [c if c in now["tests"] else c.removesuffix(device) for c in ran] != now["tests"]:
+        return f"made for other declared tests ({_commands(ran)}; the patch declares {_commands(now['tests'])} now)"
+    return None
+
+
+def _commands(tests: object) -> str:
+    return ", ".join(f"`{t}`" for t in tests) if isinstance(tests, list) and tests else "none"
 
 
 Rule = Callable[[ev.Evidence, Expected], "str | None"]
@@ -183,6 +231,11 @@ def proven_for_these_bytes(e: ev.Evidence, x: Expected) -> str | None:
     return None
 
 
+def declared_as_now(e: ev.Evidence, x: Expected) -> str | None:
+    """A verdict answers for the tests, mutations and before kind the patch declares now."""
+    return declared_differs(dataclasses.asdict(e), x.declared, x.backend)
+
+
 def failure_has_its_step(e: ev.Evidence, x: Expected) -> str | None:
     """`regressed` and `build failed` name a failure: the step that shows it is there."""
     del x
@@ -193,9 +246,10 @@ def failure_has_its_step(e: ev.Evidence, x: Expected) -> str | None:
     return None
 
 
-RULES: list[Rule] = [identity, steps_consistent, proven_has_its_runs, proven_for_these_bytes, failure_has_its_step]
+RULES: list[Rule] = [identity, steps_consistent, proven_has_its_runs, proven_for_these_bytes, declared_as_now,
+                     failure_has_its_step]
 """Every rule, in the order their findings are reported."""
 
 SELF_CONSISTENT: list[Rule] = [r for r in RULES if r is not proven_for_these_bytes]
-"""The rules that hold for a record whatever the series became since (`evidence check`: a proof of
-older bytes is stale, which check reports on its own, not forged)."""
+"""The rules `evidence check` applies to a committed record of the patch's bytes now: all but the
+bytes (a proof of older bytes is stale, which check reports on its own, not forged)."""

@@ -26,7 +26,7 @@ from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
-from builder.prove import affected, cases, pytests
+from builder.prove import affected, cases, evidence_rules, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -259,6 +259,7 @@ class Verifier:
             note=buildmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
             cases=tuple(case_rows), conditions=self.keys.conditions(patch, backend, tests),
+            declared=evidence_rules.declared(patch, backend),
             depends=self.keys.depends(patch, trees, backend, tests) if outcome == PROVEN and steps else {},
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table

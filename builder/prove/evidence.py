@@ -30,7 +30,8 @@ class Step:
     """Compiler errors (file:line: message) when the build failed."""
     errors_only_in_test_paths: bool = False
     tests: tuple[dict, ...] = ()
-    """Per test command: command, exit code, verdict, counts, duration, log, failing lines."""
+    """Per test command: command, exit code, `timed_out` (stopped at its time limit; absent in older
+    evidence), signal, verdict, counts, duration, log, failing lines."""
     verdict: str = ""
     """fails | passes | build-fails | build-failed | not-run"""
     label: str = ""

@@ -8,9 +8,13 @@ itself and with the series as it is now (`Expected`):
 - each step's verdict is what its build and test runs say (a step that passes ran tests and
   every one passed, with its log named; a failed build ran nothing);
 - `proven` has one before and one after step, the after passing, the before failing as the
-  patch's `Patchset-Before` says, each `Patchset-Mutation` caught, no unguarded hunk, on a
-  backend the patch declares, made on the pin now and for these bytes of the patch (its
-  `patch_sha256`, or its after tree, is the patch's now) and of its mutations;
+  patch's `Patchset-Before` says (a failing before tree with a proof case, or with `crash` a
+  program killed by a signal; a run stopped at its time limit is no proof), each
+  `Patchset-Mutation` caught, no unguarded hunk, on a backend the patch declares, made on the
+  pin now and for these bytes of the patch (its `patch_sha256`, or its after tree, is the
+  patch's now) and of its mutations;
+- every record is made for the tests, before kind, backends and mutations the patch declares now
+  (`declared`; older records: the test commands of the after tree's runs);
 - `regressed` and `build failed` have the step that shows it.
 
 Weaker words (not proven, needs X) claim nothing that a run must back, and need only the shape.
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.fsutil import sha256_file
+from builder.prove import cases
 from builder.prove import evidence as ev
 from builder.series.model import Patch
 
@@ -201,6 +206,11 @@ def proven_has_its_runs(e: ev.Evidence, x: Expected) -> str | None:
     allowed = ("fails", "build-fails") if meta.before == "build-fails" else ("fails",)
     if before.verdict not in allowed:
         return f"proven, but the before tree {before.verdict} where Patchset-Before is {meta.before}"
+    if before.verdict == "fails" and not _proof_case(e, meta.before, before):
+        stopped = [t for t in before.tests if timed_out(t)]
+        why = f" ({', '.join(str(t.get('command')) for t in stopped)} stopped at its time limit)" if stopped else ""
+        return f"proven with no proof case and no crash that Patchset-Before: crash declares{why}: verify says " \
+               "cannot tell or not proven"
     caught = {s.label: s.verdict for s in e.steps if s.tree == "mutation"}
     for m in meta.mutation:
         if m not in caught:
@@ -210,6 +220,23 @@ def proven_has_its_runs(e: ev.Evidence, x: Expected) -> str | None:
     if any(h.get("outcome") == "unguarded" for h in e.hunks if isinstance(h, dict)):
         return "proven with an unguarded hunk"
     return None
+
+
+def timed_out(t: dict) -> bool:
+    """A test run stopped at its time limit: `timed_out`, or in evidence made before that field, killed
+    (-9) with no signal named (the time limit kills the process group; a crash names its signal)."""
+    if "timed_out" in t:
+        return bool(t["timed_out"])
+    return t.get("returncode") == -9 and not t.get("signal")
+
+
+def _proof_case(e: ev.Evidence, declared_before: str, before: ev.Step) -> bool:
+    """What makes a failing before tree proof, as verify decides it: a case that fails there and passes
+    after (the case table's `proof` role), or with `Patchset-Before: crash` a program killed by a signal
+    (not stopped at its time limit)."""
+    if any(isinstance(c, dict) and c.get("role") == cases.PROOF for c in e.cases):
+        return True
+    return declared_before == "crash" and any(t.get("signal") and not timed_out(t) for t in before.tests)
 
 
 def proven_for_these_bytes(e: ev.Evidence, x: Expected) -> str | None:

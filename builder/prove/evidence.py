@@ -135,11 +135,15 @@ def from_dict(data: dict) -> Evidence:
 
 
 def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:
+    """Both files of `ev`, each replaced whole. The JSON is what a later verify reads to reuse the
+    proof: both texts are made before anything is touched (a record that cannot be written changes
+    nothing), the earlier JSON is removed before the new Markdown is written, and the new JSON is
+    written last, so a process killed at any point leaves no JSON beside a Markdown of another run."""
     jpath, mpath = paths(evidence_dir, ev.patch, ev.backend)
-    # the JSON last: it is what a later verify reads to reuse the proof, so a process killed
-    # between the two files leaves no JSON whose Markdown is missing or of another run
-    atomic_write_text(mpath, markdown(ev))
-    atomic_write_text(jpath, json.dumps(asdict(ev), indent=1) + "\n")
+    text, page = json.dumps(asdict(ev), indent=1) + "\n", markdown(ev)
+    jpath.unlink(missing_ok=True)
+    atomic_write_text(mpath, page)
+    atomic_write_text(jpath, text)
     return jpath, mpath
 
 

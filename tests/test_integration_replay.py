@@ -19,6 +19,7 @@ from builder.compile.replay import read_trace
 from builder.gitrepo import GitRepo
 from builder.pipeline import build_dir, run_tests
 from builder.project import Project
+from builder.prove import kernel_models
 from builder.prove.trees import checkout_detached
 from builder.prove.verify import PROVEN, verify
 from builder.series.apply import apply
@@ -85,6 +86,33 @@ def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> Non
     (mut,) = steps["mutation"]["tests"]
     assert mut["failed"] > 0
     assert [d for d in read_trace(Path(mut["trace"])) if d.short]
+
+
+def test_verify_checks_the_kernel_models_against_the_tree_it_proves_on(project: Project, tmp_path: Path) -> None:
+    """Issue 47 point 9: the proof above ran the stand-in's self-test on its after tree (the models hold for
+    the pin's kernels); a tree whose copy kernel changed under its model is named, as verify then says."""
+    patch = acc_set_patch(project.patches_dir)
+    verify(project, [patch.name], ["metal-replay"], jobs=2)  # reused from the test above, or made here
+    bin_dir = project.build_root / "verify-metal-replay-minimal" / "bin"
+    selftest = buildmod.profile("metal-replay").selftest or ""
+    work = GitRepo(project.work_repo)
+    pin = work.out("rev-parse", "upstream^{commit}")
+    assert kernel_models.stale_models(bin_dir, selftest, work, pin, tmp_path / "pin", timeout=60) == ()
+    # the pin with the copy kernel's column block taken from the row instead of tgpig[0]/ne01: a commit made
+    # with a temporary index (the work repository's own index and tree are left alone)
+    shader = "ggml/src/ggml-metal/kernels/quantize.metal"  # as in the test below
+    text = work.run("show", f"{pin}:{shader}").stdout
+    assert "tgpig[0]/args.ne01" in text
+    blob = work.run("hash-object", "-w", "--stdin", input_text=text.replace("tgpig[0]/args.ne01",
+                                                                           "tgpig[0]%args.ne01", 1)).stdout.strip()
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    work.run("read-tree", pin, env=index)
+    work.run("update-index", "--cacheinfo", f"100644,{blob},{shader}", env=index)
+    tree = work.run("write-tree", env=index).stdout.strip()
+    drifted = work.run("commit-tree", tree, "-p", pin, "-m", "a kernel changed under its model").stdout.strip()
+    stale = kernel_models.stale_models(bin_dir, selftest, work, drifted, tmp_path / "drifted", timeout=60)
+    assert stale and all("MODEL_SOURCE" in line and "kernel_cpy_" in line for line in stale), stale
+    assert any("changed since the model was written" in line for line in stale), stale
 
 
 def test_patchset_test_on_the_patched_tree(project: Project) -> None:

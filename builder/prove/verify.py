@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
-from builder.prove import affected, cases, evidence_rules, pytests
+from builder.prove import affected, cases, evidence_rules, kernel_models, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -55,7 +56,8 @@ OUTCOMES: tuple[tuple[str, str], ...] = (
                  "tree (the failing cases are skipped or absent after, or the program crashed outside any case the "
                  "after tree passes); a mutation is not caught; or a hunk is unguarded. When a before-tree program "
                  "was stopped at its time limit and no case proves, the reason starts with `cannot tell`: a time-out "
-                 "is never proof"),
+                 "is never proof; so does a proof on a Metal stand-in whose kernel models do not match the tree's "
+                 "kernels (its self-test, `patchset-replay-selftest --tree`)"),
     (REGRESSED, "the after tree's tests do not pass"),
     (BUILD_FAILED, "a tree fails to build where it should not (outside the test paths, or the after or mutation tree)"),
     (f"{NEEDS} BACKEND", "the proof needs a backend this machine does not have; never counted as proven. When the "
@@ -251,6 +253,11 @@ class Verifier:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
             outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results, case_rows)
+            stale = self._stale_models(trees.after, backend) if outcome == PROVEN else ()
+            if stale:
+                # a proof on a stand-in is a proof of its kernel models too: models of another upstream prove nothing
+                outcome, reason = NOT_PROVEN, (f"{CANNOT_TELL}: the {backend} stand-in's kernel models do not match "
+                                               f"this tree's kernels ({_first(stale)}); {reason}")
         evidence = ev.Evidence(
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
@@ -269,6 +276,18 @@ class Verifier:
         if because:
             reason += f" (re-proven: {because})"
         return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath, evidence.hunks)
+
+    def _stale_models(self, commit: str, backend: str) -> tuple[str, ...]:
+        """On a Metal stand-in: why its kernel models do not hold for `commit` (kernel_models), else ()."""
+        selftest = buildmod.profile(backend).selftest
+        if not selftest or self.builder.last_build is None:
+            return ()
+        bin_dir = self.builder.last_build[0] / "bin"
+        if not (bin_dir / selftest).exists():
+            return (f"its self-test {selftest} was not built",)
+        with tempfile.TemporaryDirectory(prefix="patchset-models-") as tmp:
+            return kernel_models.stale_models(bin_dir, selftest, self.work.git, commit, Path(tmp),
+                                              timeout=self.builder.timeout)
 
     # -- the verdict from the trees ------------------------------------------------------------------
     @staticmethod

@@ -11,6 +11,7 @@ import pytest
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, init_upstream, program_source, trailers, write_project
 
 from builder.compile import objc_toolchain
+from builder.orchestrate.phases import record_tests, reusable_tests, tests_key
 from builder.project import Project, default_cache_dir, load_project
 from builder.prove import evidence, proofkeys
 from builder.prove.verify import PROVEN, verify
@@ -119,3 +120,16 @@ def test_the_objc_compiler_of_metal_linux_is_in_the_key(tmp_path: Path, monkeypa
     (tmp_path / "bin" / "clang").chmod(0o755)
     assert _conditions("metal-linux", TestSpec("test-backend-ops"))["objc"]["clang"] == "clang version 99.0.0"
     assert "objc" not in _conditions("cpu", TestSpec("test-backend-ops"))
+
+
+def test_the_reused_tests_of_all_are_keyed_on_the_environment_too(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`patchset all` reuses the passed tests of an unchanged build: not once a GGML_/LLAMA_ variable the
+    programs read is set or changes."""
+    monkeypatch.delenv("GGML_SCHED_MAX_COPIES", raising=False)
+    record = tmp_path / "all-cpu.json"
+    key = tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)
+    record_tests(record, key, {"programs": ["test-opt"], "failed": 0})
+    assert reusable_tests(record, tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is not None
+    monkeypatch.setenv("GGML_SCHED_MAX_COPIES", "1")
+    assert reusable_tests(record, tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is None

@@ -11,7 +11,7 @@ import pytest
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, init_upstream, program_source, trailers, write_project
 
 from builder.compile import objc_toolchain
-from builder.orchestrate.phases import record_tests, reusable_tests, tests_key
+from builder.orchestrate import phases
 from builder.project import Project, default_cache_dir, load_project
 from builder.prove import evidence, proofkeys
 from builder.prove.verify import PROVEN, verify
@@ -128,8 +128,8 @@ def test_the_reused_tests_of_all_are_keyed_on_the_environment_too(tmp_path: Path
     programs read is set or changes."""
     monkeypatch.delenv("GGML_SCHED_MAX_COPIES", raising=False)
     record = tmp_path / "all-cpu.json"
-    key = tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)
-    record_tests(record, key, {"programs": ["test-opt"], "failed": 0})
-    assert reusable_tests(record, tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is not None
+    key = phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)
+    phases.record_tests(record, key, {"programs": ["test-opt"], "failed": 0})
+    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is not None
     monkeypatch.setenv("GGML_SCHED_MAX_COPIES", "1")
-    assert reusable_tests(record, tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is None
+    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is None

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import copy_real_project
 
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
@@ -21,7 +23,7 @@ from builder.pipeline import build_dir, run_tests
 from builder.project import Project
 from builder.prove import kernel_models
 from builder.prove.trees import checkout_detached
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import NOT_PROVEN, PROVEN, verify
 from builder.series.apply import apply
 from builder.series.model import Patch, load_series
 
@@ -155,6 +157,36 @@ def test_a_failed_lookup_fails_only_its_own_graph(project: Project, tmp_path: Pa
     assert nil and not any(d.ran for d in nil)
     per_compute = Counter(d.compute for d in nil)
     assert max(per_compute.values()) == 1, per_compute.most_common(3)
+
+
+def _drift_copy_kernel(project: Project, tmp_path: Path) -> None:
+    """Patch 5 of `project` also changes the copy kernel's text under its model (its column block taken from
+    the row instead of tgpig[0]/ne01): a diff section appended to the patch file."""
+    shader = "ggml/src/ggml-metal/kernels/quantize.metal"
+    apply(project)
+    repo = GitRepo(project.work_repo)
+    text = repo.run("show", f"upstream:{shader}").stdout
+    assert "tgpig[0]/args.ne01" in text
+    for side, body in (("a", text), ("b", text.replace("tgpig[0]/args.ne01", "tgpig[0]%args.ne01", 1))):
+        (tmp_path / side / shader).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / side / shader).write_text(body)
+    diff = subprocess.run(["git", "-C", str(tmp_path), "diff", "--no-index", "--no-prefix", f"a/{shader}",
+                           f"b/{shader}"], capture_output=True, text=True, check=False).stdout
+    assert diff.startswith(f"diff --git a/{shader} b/{shader}\n"), diff[:200]
+    mail = acc_set_patch(project.patches_dir).path
+    mail.write_text(mail.read_text() + diff)
+
+
+def test_a_proof_on_a_stale_kernel_model_cannot_tell(real_pin_cache: Path, tmp_path: Path) -> None:
+    """Issue 47 point 9: a tree whose copy kernel changed under the stand-in's model is not proven on it
+    (before, verify proved patch 5 on the replay whatever the shaders said)."""
+    project = copy_real_project(tmp_path / "project", real_pin_cache)
+    _drift_copy_kernel(project, tmp_path / "diff")
+    patch = acc_set_patch(project.patches_dir)
+    (v,) = verify(project, [patch.name], ["metal-replay"], jobs=2).verdicts
+    assert v.outcome == NOT_PROVEN, v.reason
+    assert v.reason.startswith("cannot tell: the metal-replay stand-in's kernel models do not match this tree's "
+                               "kernels (") and "kernel_cpy_" in v.reason, v.reason
 
 
 def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_path: Path) -> None:

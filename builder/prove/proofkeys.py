@@ -127,7 +127,6 @@ class ProofKeys:
                 "files": affected.record(files)}
 
 
-
 ENV_PREFIXES = ("LLAMA_", "GGML_")
 """The environment a test reads: upstream's own variables (a pytest test that skips without
 LLAMA_CPP_TEST_OPT_MODEL, ggml's GGML_* switches). Their names and the hashes of their values are in the key."""

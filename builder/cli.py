@@ -52,7 +52,9 @@ def top_epilog() -> str:
     """The end of `patchset --help`: exit codes and environment variables, from the code that uses them."""
     lines = ["exit codes:"]
     for code, what in EXIT_CODES.items():
-        lines += textwrap.wrap(what, 96, initial_indent=f"  {code:<4}", subsequent_indent="      ")
+        # (not at a hyphen: "metal-replay" stays one word, as the docs' table has it)
+        lines += textwrap.wrap(what, 96, initial_indent=f"  {code:<4}", subsequent_indent="      ",
+                               break_on_hyphens=False)
     lines += ["", "environment:"]
     for name, what in ENVIRONMENT:
         lines.append(f"  {name}")

@@ -13,25 +13,36 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # a check, test or proof failed
 EXIT_USAGE = 2  # bad input or usage
 EXIT_CONFLICT = 3  # stopped on a conflict; resume with --continue or --abort
-EXIT_NOT_PROVEN = 4  # verify: nothing regressed, but a patch's test was not seen failing without it
+EXIT_NOT_PROVEN = 4  # verify, all, bump: nothing regressed, but a patch that ran is not proven
 EXIT_FIXED_UPSTREAM = 5  # bump: upstream fixed a patch's bug (all or part of it); nothing was changed
-EXIT_NOT_PROVEN_HERE = 6  # verify, bump: all else passed, but a patch needs a backend this machine lacks
+EXIT_NOT_PROVEN_HERE = 6  # verify, all, bump: nothing worse, but a patch is proven on no backend of the run
 EXIT_LOCKED = 7  # the project (or cache) lock is held by another command past the time we wait for it
 EXIT_INTERNAL = 70  # a bug in patchset (EX_SOFTWARE): an exception that is not a PatchsetError
 
 EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "ok",
-    EXIT_FAILED: "a check, test or build failed, or a patch regressed",
+    EXIT_OK: "ok; for verify, all and bump: every patch is proven on at least one backend of the run (a proof on a "
+             "stand-in, metal-replay or metal-linux, counts and is printed as `on a stand-in`)",
+    EXIT_FAILED: "a check, test or build failed, or a patch regressed or its tree failed to build",
     EXIT_USAGE: "bad input or usage (the file, line or patch is named)",
     EXIT_CONFLICT: "stopped on a conflict (resume with --continue, --skip or --abort), or a dry run found one",
-    EXIT_NOT_PROVEN: "verify: nothing regressed, but a patch is not proven",
+    EXIT_NOT_PROVEN: "verify, all, bump: nothing regressed, but a patch that ran is not proven (or cannot tell)",
     EXIT_FIXED_UPSTREAM: "bump: upstream fixed a patch's bug, all or part of it; nothing was changed",
-    EXIT_NOT_PROVEN_HERE: "verify, bump: nothing worse, but a patch is not proven on this machine (it needs a "
-                          "backend this machine lacks)",
+    EXIT_NOT_PROVEN_HERE: "verify, all, bump: nothing worse, but a patch is proven on no backend of the run: it needs "
+                          "one this machine lacks (printed as `not proven on this machine`)",
     EXIT_LOCKED: "another command held the project lock (or a fetch the cache's) past the wait: run it again later",
     EXIT_INTERNAL: "a bug in patchset (one line; --debug shows the traceback)",
 }
-"""What each exit code means, as `patchset --help` and the README say it."""
+"""What each exit code means: `patchset --help` lists it and docs/verify.md's exit table is made from it
+(exit_table). A command's result is the worst code that applies, in the order of Outcome.worst."""
+
+EXIT_BEGIN = "<!-- BEGIN generated from builder/errors.py EXIT_CODES: edit there -->"
+EXIT_END = "<!-- END generated from builder/errors.py EXIT_CODES -->"
+
+
+def exit_table() -> str:
+    """The Markdown table of EXIT_CODES between its markers (docs/verify.md)."""
+    rows = [f"| {code} | {what} |" for code, what in EXIT_CODES.items()]
+    return "\n".join([EXIT_BEGIN, "| exit | meaning |", "| --- | --- |", *rows, EXIT_END]) + "\n"
 
 
 class Outcome(enum.Enum):
@@ -41,15 +52,15 @@ class Outcome(enum.Enum):
     FAILED = EXIT_FAILED
     """A check, test or build failed, or verify saw a patch regress."""
     NOT_PROVEN = EXIT_NOT_PROVEN
-    """verify: nothing regressed, but a patch is not proven."""
+    """verify, all, bump: nothing regressed, but a patch is not proven."""
     CONFLICT = EXIT_CONFLICT
     """rebase --dry-run: some patch would not apply on the new base (nothing was changed)."""
     FIXED_UPSTREAM = EXIT_FIXED_UPSTREAM
     """bump: upstream fixed a patch's bug (`--drop-fixed` drops it) or part of it (the patch needs a
     person); nothing was changed."""
     NOT_PROVEN_HERE = EXIT_NOT_PROVEN_HERE
-    """verify, bump: nothing worse happened, but a patch is not proven on this machine (`needs X`:
-    its proof runs only on a backend it lacks)."""
+    """verify, all, bump: nothing worse happened, but a patch is proven on no backend of the run (`needs
+    X`: its proof runs only on a backend this machine lacks)."""
 
     @classmethod
     def worst(cls, *outcomes: Outcome) -> Outcome:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import copy_real_project
 
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
@@ -19,8 +21,9 @@ from builder.compile.replay import read_trace
 from builder.gitrepo import GitRepo
 from builder.pipeline import build_dir, run_tests
 from builder.project import Project
+from builder.prove import kernel_models
 from builder.prove.trees import checkout_detached
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import NOT_PROVEN, PROVEN, verify
 from builder.series.apply import apply
 from builder.series.model import Patch, load_series
 
@@ -87,6 +90,33 @@ def test_verify_proves_patch_5_as_shipped_on_the_replay(project: Project) -> Non
     assert [d for d in read_trace(Path(mut["trace"])) if d.short]
 
 
+def test_verify_checks_the_kernel_models_against_the_tree_it_proves_on(project: Project, tmp_path: Path) -> None:
+    """Issue 47 point 9: the proof above ran the stand-in's self-test on its after tree (the models hold for
+    the pin's kernels); a tree whose copy kernel changed under its model is named, as verify then says."""
+    patch = acc_set_patch(project.patches_dir)
+    verify(project, [patch.name], ["metal-replay"], jobs=2)  # reused from the test above, or made here
+    bin_dir = project.build_root / "verify-metal-replay-minimal" / "bin"
+    selftest = buildmod.profile("metal-replay").selftest or ""
+    work = GitRepo(project.work_repo)
+    pin = work.out("rev-parse", "upstream^{commit}")
+    assert kernel_models.stale_models(bin_dir, selftest, work, pin, tmp_path / "pin", timeout=60) == ()
+    # the pin with the copy kernel's column block taken from the row instead of tgpig[0]/ne01: a commit made
+    # with a temporary index (the work repository's own index and tree are left alone)
+    shader = "ggml/src/ggml-metal/kernels/quantize.metal"  # as in the test below
+    text = work.run("show", f"{pin}:{shader}").stdout
+    assert "tgpig[0]/args.ne01" in text
+    blob = work.run("hash-object", "-w", "--stdin", input_text=text.replace("tgpig[0]/args.ne01",
+                                                                           "tgpig[0]%args.ne01", 1)).stdout.strip()
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    work.run("read-tree", pin, env=index)
+    work.run("update-index", "--cacheinfo", f"100644,{blob},{shader}", env=index)
+    tree = work.run("write-tree", env=index).stdout.strip()
+    drifted = work.run("commit-tree", tree, "-p", pin, "-m", "a kernel changed under its model").stdout.strip()
+    stale = kernel_models.stale_models(bin_dir, selftest, work, drifted, tmp_path / "drifted", timeout=60)
+    assert stale and all("MODEL_SOURCE" in line and "kernel_cpy_" in line for line in stale), stale
+    assert any("changed since the model was written" in line for line in stale), stale
+
+
 def test_patchset_test_on_the_patched_tree(project: Project) -> None:
     report = run_tests(project, "metal-replay", ops=["ACC", "SET", "CPY"])
     by_program = {p.program: p for p in report.programs}
@@ -127,6 +157,36 @@ def test_a_failed_lookup_fails_only_its_own_graph(project: Project, tmp_path: Pa
     assert nil and not any(d.ran for d in nil)
     per_compute = Counter(d.compute for d in nil)
     assert max(per_compute.values()) == 1, per_compute.most_common(3)
+
+
+def _drift_copy_kernel(project: Project, tmp_path: Path) -> None:
+    """Patch 5 of `project` also changes the copy kernel's text under its model (its column block taken from
+    the row instead of tgpig[0]/ne01): a diff section appended to the patch file."""
+    shader = "ggml/src/ggml-metal/kernels/quantize.metal"
+    apply(project)
+    repo = GitRepo(project.work_repo)
+    text = repo.run("show", f"upstream:{shader}").stdout
+    assert "tgpig[0]/args.ne01" in text
+    for side, body in (("a", text), ("b", text.replace("tgpig[0]/args.ne01", "tgpig[0]%args.ne01", 1))):
+        (tmp_path / side / shader).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / side / shader).write_text(body)
+    diff = subprocess.run(["git", "-C", str(tmp_path), "diff", "--no-index", "--no-prefix", f"a/{shader}",
+                           f"b/{shader}"], capture_output=True, text=True, check=False).stdout
+    assert diff.startswith(f"diff --git a/{shader} b/{shader}\n"), diff[:200]
+    mail = acc_set_patch(project.patches_dir).path
+    mail.write_text(mail.read_text() + diff)
+
+
+def test_a_proof_on_a_stale_kernel_model_cannot_tell(real_pin_cache: Path, tmp_path: Path) -> None:
+    """Issue 47 point 9: a tree whose copy kernel changed under the stand-in's model is not proven on it
+    (before, verify proved patch 5 on the replay whatever the shaders said)."""
+    project = copy_real_project(tmp_path / "project", real_pin_cache)
+    _drift_copy_kernel(project, tmp_path / "diff")
+    patch = acc_set_patch(project.patches_dir)
+    (v,) = verify(project, [patch.name], ["metal-replay"], jobs=2).verdicts
+    assert v.outcome == NOT_PROVEN, v.reason
+    assert v.reason.startswith("cannot tell: the metal-replay stand-in's kernel models do not match this tree's "
+                               "kernels (") and "kernel_cpy_" in v.reason, v.reason
 
 
 def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_path: Path) -> None:

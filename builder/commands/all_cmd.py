@@ -12,7 +12,7 @@ from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
 from builder.commands.verify_cmd import outcome as verify_outcome
-from builder.commands.verify_cmd import print_verdicts
+from builder.commands.verify_cmd import print_not_here, print_verdicts
 from builder.compile import cmakebuild as buildmod
 from builder.compile.cmakebuild import PROFILES
 from builder.compile.reports import report_dict, write_junit
@@ -128,7 +128,14 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
     for verdict in shown.verdicts:
         clock.add(_verify_phase(verdict))
     print_verdicts(shown, evidence=False)
-    return Outcome.worst(tested, *(verify_outcome(r) for r in (v, *extra)))
+    print_not_here(shown)
+    return outcome(tested, (v, *extra))
+
+
+def outcome(tested: Outcome, reports: tuple[VerifyReport, ...]) -> Outcome:
+    """The tests' outcome and verify's one rule over the verdicts of every backend the run verified on,
+    as one report: a patch that needs metal on the CPU and is proven on its stand-in is proven in this run."""
+    return Outcome.worst(tested, verify_outcome(VerifyReport(tuple(x for r in reports for x in r.verdicts))))
 
 
 def _verify_phase(v: PatchVerdict) -> Phase:

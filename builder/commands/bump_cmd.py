@@ -9,6 +9,7 @@ from builder.commands import jsonout
 from builder.commands.rebase_cmd import print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
+from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_not_here, print_verdicts, verify_json
 from builder.compile.cmakebuild import PROFILES
 from builder.compile.testrun import MODES
@@ -47,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def outcome(result: BumpResult) -> Outcome:
     if result.ok:
-        return Outcome.NOT_PROVEN_HERE if result.not_proven_here else Outcome.OK
+        # the verdicts of the bump's backend and of the stand-ins it ran, by verify's one rule
+        return verify_outcome(result.verify) if result.verify is not None else Outcome.OK
     return {CONFLICT: Outcome.CONFLICT, NOT_PROVEN: Outcome.NOT_PROVEN,
             FIXED: Outcome.FIXED_UPSTREAM}.get(result.failure, Outcome.FAILED)
 

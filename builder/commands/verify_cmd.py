@@ -76,6 +76,11 @@ def print_verdicts(report: VerifyReport, *, evidence: bool = True) -> None:
 
 
 def outcome(report: VerifyReport) -> Outcome:
+    """The one exit rule of verify, all and bump over every verdict of the run (builder/errors.py
+    EXIT_CODES): 1 when a patch regressed or a tree failed to build; else 4 when a patch that ran is
+    not proven; else 6 when a patch is proven on no backend of the run (it needs one this machine
+    lacks); else 0, a proof on a stand-in counting as one. `all` and `bump` pass the verdicts of
+    every backend they ran (the stand-ins' too) in one report."""
     if report.regressed:
         return Outcome.FAILED
     if not report.ok:
@@ -83,8 +88,23 @@ def outcome(report: VerifyReport) -> Outcome:
     return Outcome.NOT_PROVEN_HERE if report.not_proven_here else Outcome.OK
 
 
+def on_stand_in(report: VerifyReport) -> dict[str, list[str]]:
+    """Patch -> the stand-ins (backends built from patchset's harness) it is proven on, for the patches
+    proven on no other backend of the run."""
+    proven: dict[str, list[str]] = {}
+    for v in report.verdicts:
+        if v.outcome == PROVEN:
+            proven.setdefault(v.patch, []).append(v.backend)
+    return {p: bs for p, bs in proven.items() if all(PROFILES[b].harness for b in bs)}
+
+
 def print_not_here(report: VerifyReport) -> None:
-    """The patches this run did not prove because this machine lacks their backend (exit 6)."""
+    """The patches proven only on a stand-in, and those this run did not prove because this machine
+    lacks their backend (exit 6)."""
+    for name, backends in on_stand_in(report).items():
+        needs = f"; {report.needs_of(name)}" if report.needs_of(name) else ""
+        console.print(f"[green]proven on a stand-in[/]: {name} (on {', '.join(backends)}, patchset's stand-in, not "
+                      f"the real backend{needs})", highlight=False)
     for name in report.not_proven_here:
         console.print(f"[yellow]not proven on this machine[/]: {name} ({report.needs_of(name)})", highlight=False)
 

@@ -92,7 +92,7 @@ PROFILES: dict[str, BackendProfile] = {
     "metal-linux": BackendProfile(
         "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
         programs=("test-backend-ops", "test-metal-buffer-lookup"), target_sets=("minimal",),
-        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), note=METAL_LINUX_NOTE),
+        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE),
 }
 
 # The tree's CMake drops test-opt silently when either is on, and sanitizers change the timing
@@ -270,7 +270,11 @@ def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
     compile the test sources first (see builder/cmake/CMakeLists.txt)."""
     if not spec.build_targets:
         return ()
-    return (*spec.build_targets, "patchset-order") if spec.targets == "minimal" else spec.build_targets
+    if spec.targets != "minimal":
+        return spec.build_targets
+    # a stand-in's self-test comes with its test programs: verify checks the kernel models with it
+    selftest = profile(spec.backend).selftest
+    return (*spec.build_targets, *((selftest,) if selftest else ()), "patchset-order")
 
 
 def _record_path(build_dir: Path) -> Path:

@@ -241,6 +241,15 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
             except (OSError, ValueError):
                 skipped.append(f"{jpath.name} of {patch.name}: unreadable")
                 continue
+            if not isinstance(data, dict):
+                skipped.append(f"{jpath.name} of {patch.name}: not an evidence record")
+                continue
+            # the tree holds no trailer and the patch's bytes no mutation file: a verdict on the same
+            # tree, or of the same bytes, may be of other declared tests or mutations
+            other = rules.declared_differs(data, rules.declared(patch, backend), backend)
+            if other:
+                skipped.append(f"{patch.name} on {backend}: {other}")
+                continue
             recorded = (data.get("depends") or {}).get("patch_sha256")
             same_tree = patch.name in trees and facts.load(state_evidence, patch, backend, trees[patch.name]).data
             if recorded != current[patch.name] and not same_tree:

@@ -18,6 +18,7 @@ from builder.compile.cmakebuild import PROFILES
 from builder.deliver import clean
 from builder.prove import cases as case_table
 from builder.prove import evidence as ev
+from builder.prove import evidence_rules as rules
 from builder.prove import pytests
 from builder.series.model import Finding, Patch, Series, TestSpec
 
@@ -77,6 +78,11 @@ def load(evidence_dir: Path, patch: Patch, backend: str, after_tree: str) -> Bac
     if after is None or (after.get("tree_id") != after_tree and carried_to != after_tree):
         return BackendEvidence(backend, None, f"not run on {display(backend)} for this version of the patch "
                                               "(the evidence is of another version)")
+    # the same tree with other trailers (another Patchset-Test): its output is not of the command shown now
+    other = rules.declared_differs(data, rules.declared(patch, backend), backend)
+    if other:
+        return BackendEvidence(backend, None, f"not run on {display(backend)} for this version of the patch "
+                                              f"(the evidence was {other})")
     return BackendEvidence(backend, data)
 
 

@@ -54,3 +54,9 @@ set_source_files_properties(${patchset_metal_dir}/ggml-metal.cpp PROPERTIES COMP
 target_link_options(patchset-metal-linux INTERFACE -Wl,--wrap=ggml_metal_device_supports_op)
 target_link_libraries(patchset-metal-linux INTERFACE
     -L${PATCHSET_OBJC_TOOLCHAIN}/lib -Wl,-rpath,${PATCHSET_OBJC_TOOLCHAIN}/lib -lgnustep-base -lobjc -pthread)
+
+# the kernel models' self-test, as metal-replay builds it (../replay/cpp/replay.cmake): `patchset test` and verify
+# check the models against the tree's kernels with it (builder/prove/kernel_models.py)
+add_executable(patchset-replay-selftest ${PATCHSET_REPLAY_DIR}/replay-selftest.cpp ${PATCHSET_REPLAY_DIR}/replay-kernels.cpp)
+target_include_directories(patchset-replay-selftest PRIVATE ${patchset_metal_dir} ${PATCHSET_REPLAY_DIR})
+target_link_libraries(patchset-replay-selftest PRIVATE ggml)

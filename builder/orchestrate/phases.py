@@ -16,6 +16,7 @@ from pathlib import Path
 
 from builder.compile.toolchain import CcacheStats, ccache_stats, find_ccache
 from builder.fsutil import atomic_write_text
+from builder.prove.proofkeys import read_environment
 
 SCHEMA = "patchset-all/1"
 
@@ -118,11 +119,13 @@ def _cache_json(cache: CcacheStats | None) -> dict | None:
 def tests_key(backend: str, bin_dir: Path, commit: str, tree: str, declared: list[tuple[str, tuple[str, ...]]],
               timeout: float | None) -> dict:
     """What the tests' results of `all` depend on: the tree built, the programs as built (name, size,
-    modification time), the tests the series declares and the time limit."""
+    modification time), the tests the series declares, the time limit and the environment the tests
+    read (as a verdict's key holds it: builder.prove.proofkeys.read_environment)."""
     programs = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in bin_dir.iterdir() if f.is_file()) \
         if bin_dir.is_dir() else []
     return {"backend": backend, "commit": commit, "tree": tree, "programs": [list(p) for p in programs],
-            "declared": [[prog, list(args)] for prog, args in declared], "timeout": timeout}
+            "declared": [[prog, list(args)] for prog, args in declared], "timeout": timeout,
+            "env": read_environment()}
 
 
 def reusable_tests(record: Path, key: dict) -> dict | None:

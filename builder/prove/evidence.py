@@ -30,7 +30,8 @@ class Step:
     """Compiler errors (file:line: message) when the build failed."""
     errors_only_in_test_paths: bool = False
     tests: tuple[dict, ...] = ()
-    """Per test command: command, exit code, verdict, counts, duration, log, failing lines."""
+    """Per test command: command, exit code, `timed_out` (stopped at its time limit; absent in older
+    evidence), signal, verdict, counts, duration, log, failing lines."""
     verdict: str = ""
     """fails | passes | build-fails | build-failed | not-run"""
     label: str = ""
@@ -69,6 +70,15 @@ class Evidence:
     changed, existing), `before`, `after`, `role` (proof, guard case, declared guard, cannot tell,
     no proof), `guard` (the declaring trailer). Empty in evidence made before the table existed and
     where the before tree is not run case by case (it fails to compile, or passes)."""
+    declared: dict = field(default_factory=dict)
+    """What the patch declared for this proof when it was made (builder.prove.evidence_rules.declared):
+    `tests` (the commands run on this backend), `before`, `backends`, `mutations` (file -> sha256).
+    Empty in older evidence (then its after tree's test commands say which tests it ran)."""
+    conditions: dict = field(default_factory=dict)
+    """What the verdict depended on besides its trees (builder.prove.proofkeys.ProofKeys.conditions):
+    `missing` (backends it needed that the machine lacked), `timeout` (each test program's limit, s),
+    `env` (LLAMA_*/GGML_* variables set, name -> value hash), `python` (interpreter, version, packages
+    hash) for Python tests, `objc` (clang, toolchain) on metal-linux. Empty in older evidence."""
     holds: dict = field(default_factory=dict)
     """Set when a later verify carried this proof over to other trees: `why`, `checked` (when),
     `trees` (tree name -> the tree id it now holds for), `pin` (the pin commit then)."""
@@ -125,11 +135,15 @@ def from_dict(data: dict) -> Evidence:
 
 
 def write(evidence_dir: Path, ev: Evidence) -> tuple[Path, Path]:
+    """Both files of `ev`, each replaced whole. The JSON is what a later verify reads to reuse the
+    proof: both texts are made before anything is touched (a record that cannot be written changes
+    nothing), the earlier JSON is removed before the new Markdown is written, and the new JSON is
+    written last, so a process killed at any point leaves no JSON beside a Markdown of another run."""
     jpath, mpath = paths(evidence_dir, ev.patch, ev.backend)
-    # the JSON last: it is what a later verify reads to reuse the proof, so a process killed
-    # between the two files leaves no JSON whose Markdown is missing or of another run
-    atomic_write_text(mpath, markdown(ev))
-    atomic_write_text(jpath, json.dumps(asdict(ev), indent=1) + "\n")
+    text, page = json.dumps(asdict(ev), indent=1) + "\n", markdown(ev)
+    jpath.unlink(missing_ok=True)
+    atomic_write_text(mpath, page)
+    atomic_write_text(jpath, text)
     return jpath, mpath
 
 

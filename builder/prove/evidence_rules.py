@@ -8,9 +8,13 @@ itself and with the series as it is now (`Expected`):
 - each step's verdict is what its build and test runs say (a step that passes ran tests and
   every one passed, with its log named; a failed build ran nothing);
 - `proven` has one before and one after step, the after passing, the before failing as the
-  patch's `Patchset-Before` says, each `Patchset-Mutation` caught, no unguarded hunk, on a
-  backend the patch declares, made on the pin now and for these bytes of the patch (its
-  `patch_sha256`, or its after tree, is the patch's now) and of its mutations;
+  patch's `Patchset-Before` says (a failing before tree with a proof case, or with `crash` a
+  program killed by a signal; a run stopped at its time limit is no proof), each
+  `Patchset-Mutation` caught, no unguarded hunk, on a backend the patch declares, made on the
+  pin now and for these bytes of the patch (its `patch_sha256`, or its after tree, is the
+  patch's now) and of its mutations;
+- every record is made for the tests, before kind, backends and mutations the patch declares now
+  (`declared`; older records: the test commands of the after tree's runs);
 - `regressed` and `build failed` have the step that shows it.
 
 Weaker words (not proven, needs X) claim nothing that a run must back, and need only the shape.
@@ -24,7 +28,10 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
+from builder.fsutil import sha256_file
+from builder.prove import cases
 from builder.prove import evidence as ev
 from builder.series.model import Patch
 
@@ -47,6 +54,52 @@ class Expected:
     after_tree: str = ""
     """The patch's after tree now (the pin plus the patches up to it), when known."""
     pin_commit: str = ""
+
+    @property
+    def declared(self) -> dict:
+        """What the patch's trailers declare for its proof on this backend now (`declared`)."""
+        return declared(self.patch, self.backend)
+
+
+def declared(patch: Patch, backend: str) -> dict:
+    """What a verdict of `patch` on `backend` answers for, from its trailers and mutation files: the
+    test commands that run there (as the evidence's runs name them, less the backend's `-b`), the
+    `Patchset-Before` kind, the backends of the proof, and each mutation's sha256 ("" when missing).
+    Recorded as the evidence's `declared`; the patch's bytes alone do not say it (a mutation file is
+    not in them) and its tree does not either (trailers are not in the tree)."""
+    meta = patch.meta
+    return {"tests": [" ".join([t.program, *t.args]) for t in meta.tests if t.runs_on(backend, meta.backends)],
+            "before": meta.before, "backends": list(meta.backends),
+            "mutations": {m: sha256_file(patch.path.parent / m) if (patch.path.parent / m).is_file() else ""
+                          for m in meta.mutation}}
+
+
+def declared_differs(record: dict, now: dict, backend: str) -> str | None:
+    """Why an evidence record (a verify.json object) answers for other declared tests than `now`
+    (declared()), or None. A record made before `declared` existed is compared by the test commands
+    of its after tree's runs."""
+    said = record.get("declared")
+    if isinstance(said, dict) and said:
+        if said.get("tests") != now["tests"]:
+            return f"made for other declared tests ({_commands(said.get('tests'))}; the patch declares " \
+                   f"{_commands(now['tests'])} now)"
+        for k, what in (("before", "Patchset-Before"), ("backends", "Patchset-Backends"),
+                        ("mutations", "mutation files")):
+            if said.get(k) != now[k]:
+                return f"made for other {what} than the patch's now"
+        return None
+    after = next((s for s in record.get("steps") or () if isinstance(s, dict) and s.get("tree") == "after"), None)
+    if after is None or not after.get("tests"):
+        return None
+    device = f" -b {buildmod.profile(backend).device}" if backend in buildmod.PROFILES else ""
+    ran = [str(t.get("command", "")) for t in after["tests"] if isinstance(t, dict)]
+    if [c if c in now["tests"] else c.removesuffix(device) for c in ran] != now["tests"]:
+        return f"made for other declared tests ({_commands(ran)}; the patch declares {_commands(now['tests'])} now)"
+    return None
+
+
+def _commands(tests: object) -> str:
+    return ", ".join(f"`{t}`" for t in tests) if isinstance(tests, list) and tests else "none"
 
 
 Rule = Callable[[ev.Evidence, Expected], "str | None"]
@@ -153,6 +206,11 @@ def proven_has_its_runs(e: ev.Evidence, x: Expected) -> str | None:
     allowed = ("fails", "build-fails") if meta.before == "build-fails" else ("fails",)
     if before.verdict not in allowed:
         return f"proven, but the before tree {before.verdict} where Patchset-Before is {meta.before}"
+    if before.verdict == "fails" and not _proof_case(e, meta.before, before):
+        stopped = [t for t in before.tests if timed_out(t)]
+        why = f" ({', '.join(str(t.get('command')) for t in stopped)} stopped at its time limit)" if stopped else ""
+        return f"proven with no proof case and no crash that Patchset-Before: crash declares{why}: verify says " \
+               "cannot tell or not proven"
     caught = {s.label: s.verdict for s in e.steps if s.tree == "mutation"}
     for m in meta.mutation:
         if m not in caught:
@@ -162,6 +220,23 @@ def proven_has_its_runs(e: ev.Evidence, x: Expected) -> str | None:
     if any(h.get("outcome") == "unguarded" for h in e.hunks if isinstance(h, dict)):
         return "proven with an unguarded hunk"
     return None
+
+
+def timed_out(t: dict) -> bool:
+    """A test run stopped at its time limit: `timed_out`, or in evidence made before that field, killed
+    (-9) with no signal named (the time limit kills the process group; a crash names its signal)."""
+    if "timed_out" in t:
+        return bool(t["timed_out"])
+    return t.get("returncode") == -9 and not t.get("signal")
+
+
+def _proof_case(e: ev.Evidence, declared_before: str, before: ev.Step) -> bool:
+    """What makes a failing before tree proof, as verify decides it: a case that fails there and passes
+    after (the case table's `proof` role), or with `Patchset-Before: crash` a program killed by a signal
+    (not stopped at its time limit)."""
+    if any(isinstance(c, dict) and c.get("role") == cases.PROOF for c in e.cases):
+        return True
+    return declared_before == "crash" and any(t.get("signal") and not timed_out(t) for t in before.tests)
 
 
 def proven_for_these_bytes(e: ev.Evidence, x: Expected) -> str | None:
@@ -183,6 +258,11 @@ def proven_for_these_bytes(e: ev.Evidence, x: Expected) -> str | None:
     return None
 
 
+def declared_as_now(e: ev.Evidence, x: Expected) -> str | None:
+    """A verdict answers for the tests, mutations and before kind the patch declares now."""
+    return declared_differs(dataclasses.asdict(e), x.declared, x.backend)
+
+
 def failure_has_its_step(e: ev.Evidence, x: Expected) -> str | None:
     """`regressed` and `build failed` name a failure: the step that shows it is there."""
     del x
@@ -193,9 +273,10 @@ def failure_has_its_step(e: ev.Evidence, x: Expected) -> str | None:
     return None
 
 
-RULES: list[Rule] = [identity, steps_consistent, proven_has_its_runs, proven_for_these_bytes, failure_has_its_step]
+RULES: list[Rule] = [identity, steps_consistent, proven_has_its_runs, proven_for_these_bytes, declared_as_now,
+                     failure_has_its_step]
 """Every rule, in the order their findings are reported."""
 
 SELF_CONSISTENT: list[Rule] = [r for r in RULES if r is not proven_for_these_bytes]
-"""The rules that hold for a record whatever the series became since (`evidence check`: a proof of
-older bytes is stale, which check reports on its own, not forged)."""
+"""The rules `evidence check` applies to a committed record of the patch's bytes now: all but the
+bytes (a proof of older bytes is stale, which check reports on its own, not forged)."""

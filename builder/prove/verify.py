@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
-from builder.prove import affected, cases, pytests
+from builder.prove import affected, cases, evidence_rules, kernel_models, pytests
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -43,6 +44,7 @@ NOT_PROVEN = "not proven"
 REGRESSED = "regressed"
 BUILD_FAILED = "build failed"
 NEEDS = "needs"  # followed by the backend names
+CANNOT_TELL = "cannot tell"  # how the reason of a verdict the run could not decide begins
 
 OUTCOMES: tuple[tuple[str, str], ...] = (
     (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
@@ -54,7 +56,8 @@ OUTCOMES: tuple[tuple[str, str], ...] = (
                  "tree (the failing cases are skipped or absent after, or the program crashed outside any case the "
                  "after tree passes); a mutation is not caught; or a hunk is unguarded. When a before-tree program "
                  "was stopped at its time limit and no case proves, the reason starts with `cannot tell`: a time-out "
-                 "is never proof"),
+                 "is never proof; so does a proof on a Metal stand-in whose kernel models do not match the tree's "
+                 "kernels (its self-test, `patchset-replay-selftest --tree`)"),
     (REGRESSED, "the after tree's tests do not pass"),
     (BUILD_FAILED, "a tree fails to build where it should not (outside the test paths, or the after or mutation tree)"),
     (f"{NEEDS} BACKEND", "the proof needs a backend this machine does not have; never counted as proven. When the "
@@ -170,7 +173,8 @@ class Verifier:
                                    timeout=timeout)
         self.hunk_runner = HunkRunner(self.builder, self.progress)
         self.keys = ProofKeys(project, self.work, self.builder.inputs,
-                              library=lambda backend: self.builder.library(backend).tree)
+                              library=lambda backend: self.builder.library(backend).tree,
+                              here=available_backends, timeout=timeout)
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
 
@@ -190,7 +194,9 @@ class Verifier:
             return None
         jpath, mpath = ev.paths(self.project.evidence_dir, patch.name, backend)
         # evidence with the hunk table also answers a plain run; a --hunks run needs the table
-        if old.key == key and (old.hunks_checked or not self.hunks):
+        # "cannot tell" says what a run could not find out: it is run again, never reused as a result
+        # (a `needs X` verdict's key holds the missing X: once X is here, the key differs)
+        if old.key == key and (old.hunks_checked or not self.hunks) and not old.reason.startswith(CANNOT_TELL):
             said = _holds_reason(old) if old.holds else old.reason
             reason = f"{said} (evidence reused from the run of {old.created}: trees unchanged)"
             return PatchVerdict(patch.name, backend, old.outcome, reason, True, jpath, mpath, old.hunks,
@@ -247,6 +253,11 @@ class Verifier:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
             outcome, reason = self._prove(patch, trees, backend, tests, steps, hunk_results, case_rows)
+            stale = self._stale_models(trees.after, backend) if outcome == PROVEN else ()
+            if stale:
+                # a proof on a stand-in is a proof of its kernel models too: models of another upstream prove nothing
+                outcome, reason = NOT_PROVEN, (f"{CANNOT_TELL}: the {backend} stand-in's kernel models do not match "
+                                               f"this tree's kernels ({_first(stale)}); {reason}")
         evidence = ev.Evidence(
             patch.name, patch.subject, backend, outcome, reason,
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
@@ -254,7 +265,8 @@ class Verifier:
             tuple(steps), key, self.keys.host_info(), _now(),
             note=buildmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
-            cases=tuple(case_rows),
+            cases=tuple(case_rows), conditions=self.keys.conditions(patch, backend, tests),
+            declared=evidence_rules.declared(patch, backend),
             depends=self.keys.depends(patch, trees, backend, tests) if outcome == PROVEN and steps else {},
         )
         # a verdict with no steps says so in its file ("nothing was run here"): the report table
@@ -264,6 +276,18 @@ class Verifier:
         if because:
             reason += f" (re-proven: {because})"
         return PatchVerdict(patch.name, backend, outcome, reason, False, jpath, mpath, evidence.hunks)
+
+    def _stale_models(self, commit: str, backend: str) -> tuple[str, ...]:
+        """On a Metal stand-in: why its kernel models do not hold for `commit` (kernel_models), else ()."""
+        selftest = buildmod.profile(backend).selftest
+        if not selftest or self.builder.last_build is None:
+            return ()
+        bin_dir = self.builder.last_build[0] / "bin"
+        if not (bin_dir / selftest).exists():
+            return (f"its self-test {selftest} was not built",)
+        with tempfile.TemporaryDirectory(prefix="patchset-models-") as tmp:
+            return kernel_models.stale_models(bin_dir, selftest, self.work.git, commit, Path(tmp),
+                                              timeout=self.builder.timeout)
 
     # -- the verdict from the trees ------------------------------------------------------------------
     @staticmethod

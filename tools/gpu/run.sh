@@ -54,6 +54,7 @@ ledger="$root/.patchset/gpu-ledger-$$.tsv"
 mkdir -p "$root/.patchset"
 : > "$ledger"
 status=0
+last_finished=0  # whether the last step ran to its end (not stopped at the deadline or skipped)
 
 note() { echo "== $*" | tee -a "$log"; }
 
@@ -63,11 +64,13 @@ step() {
     local left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -le 5 ]; then
         note "$name: skipped, deadline reached"; printf '%s\t%s\t%s\t%s\n' "$name" "skipped" 0 "$*" >> "$ledger"
-        status=1; return 1
+        status=1; last_finished=0; return 1
     fi
     note "$name: $* (at most ${left}s)"
     local t0=$(date +%s) rc=0
     timeout "$left" "$@" >> "$log" 2>&1 || rc=$?
+    # 124: stopped at the deadline (timeout's own code); 137: killed
+    case "$rc" in 124|137) last_finished=0 ;; *) last_finished=1 ;; esac
     printf '%s\t%s\t%s\t%s\n' "$name" "$rc" $(( $(date +%s) - t0 )) "$*" >> "$ledger"
     note "$name: exit $rc in $(( $(date +%s) - t0 ))s"
     return $rc
@@ -118,10 +121,15 @@ arch=()
 # CMake can see the GPU): the same flags, so verify reuses the patched tree's build instead of
 # compiling ggml-cuda again
 [ "$backend" = cuda ] && [ -n "$cuda_arch" ] && arch=(--cuda-arch "$cuda_arch")
-# verify, then its evidence of this backend as verify.json
+# verify, then its evidence of this backend as verify.json (only from a verify that finished: exit 0, 4, 6 ...)
 verify_step() {
     # shellcheck disable=SC2086  # a list of patch numbers, split on purpose
     step verify "$ps" verify --backend "$backend" "${arch[@]}" $verify_patches || status=1
+    # a verify stopped at the deadline (or skipped) wrote the evidence of some patches, or none: the
+    # files there are of earlier runs, never this step's result
+    if [ "$last_finished" != 1 ]; then
+        note "verify: did not finish: no verify.json"; status=1; return
+    fi
     "$py" - "$root/.patchset/evidence" "$backend" "$out/verify.json" <<'PY' || status=1
 import json, pathlib, sys
 ev, backend, out = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])

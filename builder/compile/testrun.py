@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import proc
+from builder import proc, words
 from builder.compile import replay
 from builder.errors import TestRunError
 
@@ -24,15 +24,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PASS, FAIL, SKIP, CRASH = "pass", "fail", "skip", "crash"
 MODES = ("test", "grad")
 
-# verdicts of one program run
-PASSED, FAILED, NOTHING, CRASHED, NOT_LOADED = "passed", "failed", "nothing checked", "crashed", "did not load"
+# verdicts of one program run (the words: builder.words)
+PASSED, FAILED, NOTHING, CRASHED = words.PASSED, words.FAILED, words.NOTHING, words.CRASHED
+NOT_LOADED = words.NOT_LOADED
 LOADER_EXIT = 127
 """The exit status of the dynamic loader when it cannot start a program (a shared library or a symbol it needs
 is missing: a link a shared build leaves to the loader). Such a program ran none of its code, printed nothing
 of its own, and says nothing of what it tests: it `did not load`, never `failed`."""
 
-# what the programs of one tree say together (verify's steps, the fixed-upstream check)
-TREE_FAILS, TREE_PASSES, TREE_NOTHING = "fails", "passes", "nothing checked"
+# what the programs of one tree say together (verify's steps, the fixed-upstream check, canary)
+TREE_FAILS, TREE_PASSES, TREE_NOTHING = words.TREE_FAILS, words.TREE_PASSES, words.TREE_NOTHING
 
 
 def tree_verdict(verdicts: Iterable[str]) -> str:

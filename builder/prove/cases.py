@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from builder import words
 from builder.compile import testrun
 from builder.series.model import GuardRule
 
@@ -37,7 +38,7 @@ ADDED, CHANGED, EXISTING = "added", "changed", "existing"
 PROOF = "proof"
 GUARD = "guard case"
 DECLARED_GUARD = "declared guard"
-CANNOT_TELL = "cannot tell"
+CANNOT_TELL = words.CANNOT_TELL
 NO_PROOF = "no proof"
 
 ROLES: tuple[tuple[str, str], ...] = (

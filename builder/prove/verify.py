@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
@@ -37,12 +38,7 @@ from builder.series.model import Patch, TestSpec, load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import Fetched, fetch
 from builder.upstream.pin import Pin, load_pin
-
-PROVEN = "proven"
-NOT_PROVEN = "not proven"
-REGRESSED = "regressed"
-BUILD_FAILED = "build failed"
-NEEDS = "needs"  # followed by the backend names
+from builder.words import BUILD_FAILED, NEEDS, NOT_PROVEN, PROVEN, REGRESSED
 
 OUTCOMES: tuple[tuple[str, str], ...] = (
     (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
@@ -237,7 +233,7 @@ class Verifier:
             if tests:
                 after = self.builder.run_tree("after", trees.after, patch, backend, tests)
                 steps.append(after)
-                if after.verdict != "passes":
+                if after.verdict != words.TREE_PASSES:
                     outcome, reason = REGRESSED, f"its tests do not pass on {backend} with the fix ({after.verdict})"
                 else:
                     reason += f"; with the fix its {backend} tests pass"
@@ -283,7 +279,7 @@ class Verifier:
             if python:
                 return BUILD_FAILED, f"with the fix the test does not load ({_first(after.build_errors)})"
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
-        if after.verdict != "passes":
+        if after.verdict != words.TREE_PASSES:
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
         if self.hunks and not python:
             # (a Python patch's hunks are not reverted one by one: --hunks reads a C/C++ compile database)
@@ -296,14 +292,14 @@ class Verifier:
             steps.append(mut)
             if not mut.build_ok:
                 return BUILD_FAILED, f"the mutation tree ({name}) fails to build"
-            if mut.verdict != "fails":
+            if mut.verdict != words.TREE_FAILS:
                 return NOT_PROVEN, f"the mutation {name} is not caught: the test {mut.verdict} with it"
         before = self.builder.run_tree("before", trees.before, patch, backend, tests)
         before_runs = list(self.builder.last_results)
         steps.insert(0, before)
-        if before.verdict == "build-failed":
+        if before.verdict == words.BUILD_FAILED_STEP:
             return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
-        if before.verdict == "build-fails" and meta.before != "build-fails":
+        if before.verdict == words.BUILD_FAILS and meta.before != "build-fails":
             if python:
                 return BUILD_FAILED, (f"without the fix the test does not load ({_first(before.build_errors)}): a "
                                       "name the tree lacks is not a test of behaviour; make the test fail on what "
@@ -311,11 +307,11 @@ class Verifier:
                                       "`Patchset-Before: build-fails`")
             return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
                                   "patch adds, say `Patchset-Before: build-fails`")
-        if before.verdict == "passes":
+        if before.verdict == words.TREE_PASSES:
             return NOT_PROVEN, "the test passes without the fix: it does not guard it"
-        if before.verdict == "nothing checked":
+        if before.verdict == words.TREE_NOTHING:
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
-        if before.verdict == "build-fails":
+        if before.verdict == words.BUILD_FAILS:
             how = (f"the test does not load, as the patch declares ({_first(before.build_errors)})" if python
                    else "the test fails to compile in its test files only")
         else:

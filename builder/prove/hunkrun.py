@@ -6,6 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import words
 from builder.compile import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
@@ -104,12 +105,12 @@ class HunkRunner:
                              errors=hk.relative(step.build_errors[:10], self.builder.src), commit=commit,
                              build_duration_s=step.build_duration_s)
         failing = tuple(line for t in step.tests for line in t.get("failing", ()))
-        if step.verdict == "fails":
+        if step.verdict == words.TREE_FAILS:
             how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, limit_of(timeout, t["command"]))
                    for t in step.tests if t["verdict"] != testrun.PASSED]
             outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
         else:
-            outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
+            outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == words.TREE_PASSES
                                               else f"it builds and the tests: {step.verdict}")
         return hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
                          build_duration_s=step.build_duration_s, tests=step.tests)
@@ -128,8 +129,12 @@ class _HunkJob:
 
 
 def _how_it_failed(test: dict, timeout: float | None) -> str:
-    if test.get("signal") == "SIGKILL" and timeout is not None and test["duration_s"] >= timeout:
-        return f"did not finish in {timeout:.0f}s (killed)"
+    # a run stopped at its limit has no signal of its own (the runner killed its process group): its
+    # record says `timed_out` (older records: returncode -9, no signal, at least the limit's time)
+    stopped = test.get("timed_out") or (test.get("signal") is None and test.get("returncode") == -9
+                                        and timeout is not None and test["duration_s"] >= timeout)
+    if stopped:
+        return f"did not finish in {timeout:.0f}s (killed)" if timeout is not None else "did not finish (killed)"
     if test.get("signal"):
         return f"killed by {test['signal']}"
     return f"exit {test['returncode']}, {test['failed']} failed"

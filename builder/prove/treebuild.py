@@ -246,8 +246,8 @@ class TreeBuilder:
 def _run_record(inv: testrun.Invocation, r: testrun.ProgramResult) -> dict:
     """One test command's run as the evidence records it."""
     return {"command": inv.command, "returncode": r.returncode,
-            "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
-            "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
+            "signal": r.signal_name, "timed_out": r.timed_out, "verdict": r.verdict, "passed": r.passed,
+            "failed": r.failed, "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
             "failing": r.failing_lines()[:50], "notes": list(r.notes),
             "trace": str(r.trace) if r.trace else None}
 

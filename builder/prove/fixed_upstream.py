@@ -41,12 +41,12 @@ from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.prove import hunks as hk
-from builder.prove.treebuild import tree_path
+from builder.prove import runner
 from builder.prove.trees import checkout_tree
 from builder.prove.verify import available_backends
-from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Check, Moved, UpstreamFix
+from builder.series.dryrun import Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
+from builder.words import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
 
 CONFIRM_RUNS = 2
 """How often the tests run on each tree before a case counts as fixed: back to back on one build, so
@@ -259,28 +259,20 @@ class _Checker:
                                   f"verify-{backend}-minimal", backend=backend, targets="minimal",
                                   programs=programs, build_targets=programs, jobs=self.jobs,
                                   platform_cache=self.project.platform_cache)
-        self.progress.begin(f"{patch.name} [{backend}] {kind} upstream, without the fix: building", None)
-        result = buildmod.build(spec)
-        self.progress.end()
-        if not result.ok:
-            err = result.first_error
-            # the file as a path of the tree: the report may leave the machine (the bump's pull request)
-            rel = tree_path(err.file, self.src, spec.build_dir) if err else ""
-            errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
-            only = err is not None and hk.in_paths(rel, patch.meta.test_part)
-            return _Run(False, errors, only)
+        logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
+        # verify's runner and rule: every compiler error read (each placed in the tree: the report may leave
+        # the machine, in the bump's pull request), and a program that does not load is a tree not built
+        run = runner.run_tree([spec], self.src, tests, backend, patch.meta.test_part,
+                              lambda i, inv: logs / f"{kind}-{i}-{inv.program}-{attempt}.log",
+                              timeout=self.timeout, progress=self.progress,
+                              label=f"{patch.name} [{backend}] {kind} upstream, without the fix")
+        if not run.built:
+            return _Run(False, run.errors, run.only_tests)
         failing: list[str] = []
         passing: list[str] = []
         summaries = []
-        verdicts = []
         stopped: list[str] = []
-        logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
-        for i, t in enumerate(tests, 1):
-            inv = _invocation(t, backend)
-            self.progress.begin(f"{patch.name} [{backend}] {kind} upstream: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, logs / f"{kind}-{i}-{inv.program}-{attempt}.log",
-                                    timeout=self.timeout)
-            self.progress.end()
+        for t, r in zip(tests, run.results, strict=True):
             cases = [f"{t.program} {c.case_id}" for c in r.cases if c.status in (testrun.FAIL, testrun.CRASH)]
             whole = f"{t.program}: the program failed"
             if not cases and r.verdict in (testrun.FAILED, testrun.CRASHED):
@@ -290,14 +282,13 @@ class _Checker:
                         if c not in passing and c not in failing]
             if r.verdict == testrun.PASSED:
                 passing.append(whole)
-            verdicts.append(r.verdict)
             if r.signal_name or r.timed_out:
                 stopped.append(t.program)
             how = f"{r.signal_name or f'exit {r.returncode}'}, " if r.verdict in (testrun.FAILED, testrun.CRASHED) \
                 and not r.failed else ""
             summaries.append(f"{t} {r.verdict} ({how}{r.passed} passed, {r.failed} failed)")
         return _Run(True, failing=tuple(failing), passing=tuple(c for c in passing if c not in failing),
-                    verdict=testrun.tree_verdict(verdicts), summary="; ".join(summaries), stopped=tuple(stopped))
+                    verdict=run.verdict, summary="; ".join(summaries), stopped=tuple(stopped))
 
 
 def _flaky(runs: list[_Run]) -> list[str]:
@@ -319,11 +310,3 @@ def _unreached(new: _Run, old: _Run) -> list[str]:
 def _only_new(new: _Run, old: _Run) -> str:
     other = [c for c in new.failing if c not in old.failing]
     return f"; failing only on the new upstream: {', '.join(other)}" if other else ""
-
-
-def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
-    """How verify runs a test on a backend: test-backend-ops gets the backend's device."""
-    prof = buildmod.profile(backend)
-    args = (*t.args, "-b", prof.device) if t.program == "test-backend-ops" and "-b" not in t.args else t.args
-    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
-

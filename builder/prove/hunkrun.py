@@ -10,7 +10,8 @@ from builder import words
 from builder.compile import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
-from builder.prove.treebuild import Limits, TreeBuilder, limit_of
+from builder.prove.runner import Limits, limit_of
+from builder.prove.treebuild import TreeBuilder
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, TestSpec
 

@@ -3,19 +3,27 @@ one rule. Each test here is a point where the three once disagreed, on the calc 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from helpers import Proj, Upstream
 
 from builder.gitrepo import GitRepo
-from builder.prove import fixed_upstream
+from builder.project import load_project
+from builder.prove import cases, fixed_upstream
 from builder.prove.canary_check import checker as canary_checker
+from builder.prove.verify import verify
+from builder.series.apply import apply
 from builder.series.canary import KIND_BUILD
 from builder.series.model import Patch, load_series
 from builder.series.rebase import dry_run_rebase
-from builder.words import CANNOT_TELL
+from builder.words import CANNOT_TELL, PROVEN
 from tests.test_bump import SUB_FIX, make_mini, trailers
 from tests.test_canary_build import HEADER
+from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, write_project
+from tests.test_verify_cases import CALC_C as CASES_CALC_C
+from tests.test_verify_cases import CALC_H as CASES_CALC_H
+from tests.test_verify_cases import meta
 
 # exits as the dynamic loader does when it cannot start a program (127, nothing printed) when calc_one()
 # says so; else a one-case test of calc_sub
@@ -95,3 +103,57 @@ def test_fixed_upstream_reads_every_compiler_error_not_the_first(tmp_path: Path,
     assert report.fix is not None
     assert report.fix.verdict == CANNOT_TELL and "does not build" in report.fix.evidence, report.fix
     assert "ggml/include/late.h" in report.fix.evidence
+
+
+# test-backend-ops' way of selecting cases: `-p REGEX`, searched in each case's parameters (std::regex)
+FILTERED = """\
+#include "calc.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <string>
+static const char * filter = nullptr;
+static bool selected(const char * params) {
+    return !filter || std::regex_search(std::string(params), std::regex(filter));
+}
+int main(int argc, char ** argv) {
+    for (int i = 1; i + 1 < argc; i++) if (strcmp(argv[i], "-p") == 0) filter = argv[i + 1];
+    printf("Backend 1/1: CPU\\n");
+    int n = 0, good = 0;
+    auto check = [&](const char * params, bool ok) {
+        n++; good += ok; printf("  ADD(%s): %s\\n", params, ok ? "OK" : "FAIL");
+    };
+    if (selected("a=0")) check("a=0", calc_add(0, 0) == 0);
+    if (selected("a=1")) check("a=1", calc_add(1, 1) == 2);
+    if (selected("a=2")) {
+        printf("  ADD(a=2): "); fflush(stdout);
+        if (calc_add(2, 2) != 4) abort();
+        n++; good++; printf("OK\\n");
+    }
+    if (selected("a=3")) check("a=3", calc_add(3, 3) == 6);
+    printf("  %d/%d tests passed\\n", good, n);
+    return good == n ? 0 : 1;
+}
+"""
+
+
+def test_a_crash_in_the_middle_of_a_program_leaves_the_cases_after_it_an_outcome(tmp_path: Path) -> None:
+    """Without the fix test-backend-ops crashes in ADD(a=2), the third of four cases: it is run again past that
+    case (`-p`), so ADD(a=3) after it has an outcome (it fails, and passes with the fix: proof), and the
+    crashing case is named as failing (crash), not left `not reached`."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CASES_CALC_H,
+                                   "ggml/src/calc.c": CASES_CALC_C})
+    commit_files(src, {"ggml/src/calc.c": CASES_CALC_C.replace("return a - b;", "return a + b;"),
+                       "tests/test-backend-ops.cpp": FILTERED}, "calc : add adds" + meta("test-backend-ops"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    apply(project)
+    (v,) = verify(project, backends=["cpu"], timeout=30).verdicts
+    assert v.outcome == PROVEN, v.reason
+    data = json.loads(v.evidence_json.read_text())
+    rows = {r["case"]: (r["before"], r["role"]) for r in data["cases"]}
+    assert rows["ADD(a=2)"] == (cases.CRASH, cases.PROOF), rows
+    assert rows["ADD(a=3)"] == (cases.FAIL, cases.PROOF), rows
+    (before,) = [s for s in data["steps"] if s["tree"] == "before"]
+    (run,) = before["tests"]
+    assert run["signal"] == "SIGABRT" and run["resumed"] == ["test-backend-ops -b CPU -p ^(?!(?:a=2)$)"], run

@@ -13,7 +13,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builder import proc, words
@@ -84,6 +84,17 @@ class ProgramResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the backend's dispatch trace shows (the Metal replay), when it wrote one."""
     trace: Path | None = None
+    resumed: tuple[str, ...] = ()
+    """The runs past a crash (run_past_crashes), their command lines: the cases after the crashing one come
+    from them."""
+    finished: bool = False
+    """A crashed program whose runs past each crash reached its end: every case it has printed an outcome."""
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped early (a signal, its time limit) with no run past it to the end: the cases it never
+        printed say nothing."""
+        return bool((self.signal_name and not self.finished) or self.timed_out)
 
     @property
     def passed(self) -> int:
@@ -335,6 +346,49 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     return ProgramResult(inv.program, inv.args, r.returncode, sig, tuple(cases), time.monotonic() - start, log,
                          totals, tuple(skipped), last_lines=last if sig or r.returncode else (), notes=notes,
                          trace=trace)
+
+
+CASE_FILTERS = {"test-backend-ops": "-p"}
+"""Programs that select cases by a regular expression over their parameters (test-backend-ops: `-p REGEX`,
+searched in each case's parameter string), and the flag."""
+
+MAX_RESUMES = 20
+"""The most runs past crashes of one program run (each steps past one more crashing case)."""
+
+
+def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = DEFAULT_TIMEOUT_S
+                     ) -> ProgramResult:
+    """`inv` run, and when it crashed inside a case, run again past that case (and each later one that
+    crashes), so that every case has an outcome: the crashing case is a failing one (CRASH), the cases
+    after it are read from the later runs. Only for a program that selects cases (CASE_FILTERS) and is not
+    given a filter of that kind already; a crash between cases leaves the cases after it unrun."""
+    first = run_program(bin_dir, inv, log, timeout)
+    flag = CASE_FILTERS.get(inv.program)
+    if flag is None or flag in inv.args or not first.signal_name:
+        return first
+    last, skipped, runs = first, list[str](), list[ProgramResult]()
+    while last.signal_name and len(runs) < MAX_RESUMES:
+        crash = next((c for c in last.cases if c.status == CRASH), None)
+        if crash is None or crash.params in skipped:
+            break
+        skipped.append(crash.params)
+        # every case but those that crashed: an ECMAScript regex (std::regex), searched in the parameters
+        regex = "^(?!(?:" + "|".join(re.escape(p) for p in skipped) + ")$)"
+        again = Invocation(inv.program, (*inv.args, flag, regex), inv.sql, inv.trace_env)
+        last = run_program(bin_dir, again, log.with_name(f"{log.stem}-past-{len(runs) + 1}{log.suffix}"), timeout)
+        runs.append(last)
+    if not runs:
+        return first
+    seen = {(c.backend, c.case_id) for c in first.cases}
+    cases = list(first.cases)
+    for r in runs:
+        for c in r.cases:
+            if (c.backend, c.case_id) not in seen:
+                seen.add((c.backend, c.case_id))
+                cases.append(c)
+    return replace(first, cases=tuple(cases), duration_s=first.duration_s + sum(r.duration_s for r in runs),
+                   resumed=tuple(" ".join([r.program, *r.args]) for r in runs),
+                   finished=not last.signal_name and not last.timed_out)
 
 
 @dataclass(frozen=True)

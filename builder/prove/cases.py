@@ -94,9 +94,9 @@ def statuses(r: testrun.ProgramResult) -> dict[tuple[str, str], str]:
 
 
 def stopped(r: testrun.ProgramResult) -> bool:
-    """Whether the program was stopped early (a signal, its time limit): the cases it never printed
-    say nothing."""
-    return bool(r.signal_name or r.timed_out)
+    """Whether the program was stopped early (a signal, its time limit) and not run past it to its end
+    (testrun.run_past_crashes): the cases it never printed say nothing."""
+    return r.stopped
 
 
 def _unfinished_group(before: dict[tuple[str, str], str],

@@ -282,7 +282,7 @@ class _Checker:
                         if c not in passing and c not in failing]
             if r.verdict == testrun.PASSED:
                 passing.append(whole)
-            if r.signal_name or r.timed_out:
+            if r.stopped:
                 stopped.append(t.program)
             how = f"{r.signal_name or f'exit {r.returncode}'}, " if r.verdict in (testrun.FAILED, testrun.CRASHED) \
                 and not r.failed else ""

@@ -10,6 +10,8 @@ its record (`TreeRun`), so a tree means the same to each of them:
   and every one is in the patch's test paths; a build killed at its time limit never is;
 - a program the dynamic loader could not start (exit 127, nothing printed: `did not load`) means
   the tree did not build (`build-failed`), never a failed test and never "nothing checked";
+- a program that crashes inside a case is run again past it (`testrun.run_past_crashes`, where the
+  program selects cases), so every case has an outcome and the crashing one fails;
 - else the programs' verdicts together (`testrun.tree_verdict`): `fails` when one failed or
   crashed, `passes` when each passed, else `nothing checked`.
 """
@@ -100,7 +102,7 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
     for i, t in enumerate(tests, 1):
         inv = invocation(t, backend)
         progress.begin(f"{label}: {inv.program}", None)
-        results.append(testrun.run_program(result.bin_dir, inv, log_of(i, inv), timeout=limit_of(timeout, inv.command)))
+        results.append(testrun.run_past_crashes(result.bin_dir, inv, log_of(i, inv), limit_of(timeout, inv.command)))
         progress.end()
     return judge(command, result.duration_s, tuple(results), result.bin_dir, spec.build_dir, result.log)
 

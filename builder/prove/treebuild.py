@@ -218,4 +218,4 @@ def _run_record(r: testrun.ProgramResult) -> dict:
             "signal": r.signal_name, "timed_out": r.timed_out, "verdict": r.verdict, "passed": r.passed,
             "failed": r.failed, "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
             "failing": r.failing_lines()[:50], "notes": list(r.notes),
-            "trace": str(r.trace) if r.trace else None}
+            "trace": str(r.trace) if r.trace else None, **({"resumed": list(r.resumed)} if r.resumed else {})}

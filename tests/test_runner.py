@@ -17,10 +17,10 @@ from builder.series.apply import apply
 from builder.series.canary import KIND_BUILD
 from builder.series.model import Patch, load_series
 from builder.series.rebase import dry_run_rebase
-from builder.words import CANNOT_TELL, PROVEN
+from builder.words import CANNOT_TELL, NOT_PROVEN, PROVEN
 from tests.test_bump import SUB_FIX, make_mini, trailers
 from tests.test_canary_build import HEADER
-from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, write_project
+from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, mutation, write_project
 from tests.test_verify_cases import CALC_C as CASES_CALC_C
 from tests.test_verify_cases import CALC_H as CASES_CALC_H
 from tests.test_verify_cases import meta
@@ -157,3 +157,98 @@ def test_a_crash_in_the_middle_of_a_program_leaves_the_cases_after_it_an_outcome
     (before,) = [s for s in data["steps"] if s["tree"] == "before"]
     (run,) = before["tests"]
     assert run["signal"] == "SIGABRT" and run["resumed"] == ["test-backend-ops -b CPU -p ^(?!(?:a=2)$)"], run
+
+
+def flipping(name: str, expr: str, want: int) -> str:
+    """A one-case test program that, while `expr` is wrong, fails only in every other run (a counter file in its
+    folder: runs 1 and 3 fail, run 2 passes): a randomised test seen from outside."""
+    return f"""\
+#include "calc.h"
+#include <cstdio>
+static int bump(const char * path) {{
+    int n = 0;
+    FILE * f = fopen(path, "r");
+    if (f) {{ if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }}
+    f = fopen(path, "w");
+    fprintf(f, "%d", ++n);
+    fclose(f);
+    return n;
+}}
+int main() {{
+    printf("Backend 1/1: CPU\\n");
+    bool wrong = ({expr}) != {want};
+    bool ok = !(wrong && bump("{name}-count") % 2 == 1);
+    printf("  {name}(x=1): %s\\n", ok ? "OK" : "FAIL");
+    printf("  %d/1 tests passed\\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+}}
+"""
+
+
+def test_a_case_that_flips_between_runs_is_flaky_never_proof_nor_a_catch(tmp_path: Path) -> None:
+    """One run of a randomised test is not a proof: without the fix patch 1's case fails in runs 1 and 3 of 3 and
+    passes in run 2; patch 2's mutation makes its case fail the same way. Both are `flaky (2 of 3 runs)`: no
+    proof, no catch (one run took each as proven)."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CASES_CALC_H,
+                                   "ggml/src/calc.c": CASES_CALC_C})
+    fixed = CASES_CALC_C.replace("return a - b;", "return a + b;")
+    commit_files(src, {"ggml/src/calc.c": fixed, "tests/test-add.cpp": flipping("add", "calc_add(2, 3)", 5)},
+                 "calc : add adds" + meta("test-add"))
+    both = fixed.replace("calc_sub(int a, int b) { return a + b; }", "calc_sub(int a, int b) { return a - b; }")
+    commit_files(src, {"ggml/src/calc.c": both, "tests/test-sub.cpp": flipping("sub", "calc_sub(5, 3)", 2)},
+                 "calc : sub subtracts" + meta("test-sub", "Patchset-Mutation: mutations/sub-flips.patch\n"))
+    bad = mutation(src, "calc_sub(int a, int b) { return a - b; }", "calc_sub(int a, int b) { return a + b; }")
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    (project.patches_dir / "mutations" / "sub-flips.patch").write_text(bad)
+    apply(project)
+    add, sub = verify(project, backends=["cpu"], timeout=30).verdicts
+    assert add.outcome == NOT_PROVEN and "flaky (2 of 3 runs)" in add.reason, add.reason
+    data = json.loads(add.evidence_json.read_text())
+    (row,) = [r for r in data["cases"] if r["case"] == "add(x=1)"]
+    assert row["role"] == cases.FLAKY and row["runs"].startswith("flaky (2 of 3 runs)"), row
+    (before,) = [s for s in data["steps"] if s["tree"] == "before"]
+    assert [r["verdict"] for r in before["tests"][0]["runs"]] == ["passed", "failed"], before
+    assert sub.outcome == NOT_PROVEN and "sub-flips" in sub.reason and "flaky (2 of 3 runs)" in sub.reason, sub.reason
+
+
+# crashes in one case in odd runs and in another in even runs (a counter file in its folder)
+WANDERING_CRASH = """\
+#include "calc.h"
+#include <cstdio>
+#include <cstdlib>
+int main() {
+    int n = 0;
+    FILE * f = fopen("crash-count", "r");
+    if (f) { if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }
+    bool wrong = calc_add(2, 3) != 5;
+    if (wrong) { f = fopen("crash-count", "w"); fprintf(f, "%d", ++n); fclose(f); }
+    printf("Backend 1/1: CPU\\n");
+    printf("  one(x=1): "); fflush(stdout);
+    if (wrong && n % 2 == 1) abort();
+    printf("OK\\n");
+    printf("  two(x=2): "); fflush(stdout);
+    if (wrong) abort();
+    printf("OK\\n");
+    printf("  2/2 tests passed\\n");
+    return 0;
+}
+"""
+
+
+def test_a_declared_crash_must_crash_at_one_site_in_every_run(tmp_path: Path) -> None:
+    """`Patchset-Before: crash` accepted any signal anywhere: without the fix this program aborts in one(x=1) in
+    one run and in two(x=2) in the next. The crash's site is not the same in every run: not the declared crash,
+    and not proven (flaky); each run's site is in the evidence."""
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CASES_CALC_H,
+                                   "ggml/src/calc.c": CASES_CALC_C})
+    commit_files(src, {"ggml/src/calc.c": CASES_CALC_C.replace("return a - b;", "return a + b;"),
+                       "tests/test-crash.cpp": WANDERING_CRASH},
+                 "calc : add adds" + meta("test-crash", "Patchset-Before: crash\n"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    apply(project)
+    (v,) = verify(project, backends=["cpu"], timeout=30).verdicts
+    assert v.outcome == NOT_PROVEN and "flaky" in v.reason and "crash at one site" in v.reason, v.reason
+    (before,) = [s for s in json.loads(v.evidence_json.read_text())["steps"] if s["tree"] == "before"]
+    (run,) = before["tests"]
+    assert run["crash_site"] == "in one(x=1)" and [r["crash_site"] for r in run["runs"]] == [
+        "in two(x=2)", "in one(x=1)"], run

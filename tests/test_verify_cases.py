@@ -194,6 +194,10 @@ def test_declared_crash_proves(verified) -> None:
     v = verdicts["feature-c"]
     assert v.outcome == PROVEN, v.reason
     assert "SIGABRT" in v.reason and "as the patch declares" in v.reason
+    # the crash's site: the last case the program finished before it aborted, the same in each run
+    assert "crashes (SIGABRT) after mul(a=2,b=3) in each of 3 runs" in v.reason, v.reason
+    (before,) = [s for s in json.loads(v.evidence_json.read_text())["steps"] if s["tree"] == "before"]
+    assert before["tests"][0]["crash_site"] == "after mul(a=2,b=3)"
 
 
 def test_guard_trailer_is_checked(tmp_path: Path) -> None:

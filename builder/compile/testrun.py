@@ -32,6 +32,13 @@ LOADER_EXIT = 127
 is missing: a link a shared build leaves to the loader). Such a program ran none of its code, printed nothing
 of its own, and says nothing of what it tests: it `did not load`, never `failed`."""
 
+NOT_MODELLED = words.NOT_MODELLED
+NOT_MODELLED_EXIT = 125
+"""The exit status patchset's Metal stand-ins (builder/metal_linux, builder/replay) stop a program with at an API or
+kernel they do not model (`#define ..._NOT_MODELLED_EXIT`, a line `...: not modelled: ...` on stderr): the run
+checked nothing of the tree. Never a signal: an abort there would read as the test crashing (and, with
+`Patchset-Before: crash`, as the proof)."""
+
 # what the programs of one tree say together (verify's steps, the fixed-upstream check, canary)
 TREE_FAILS, TREE_PASSES, TREE_NOTHING = words.TREE_FAILS, words.TREE_PASSES, words.TREE_NOTHING
 
@@ -130,11 +137,24 @@ class ProgramResult:
             return CRASHED
         if self.returncode == LOADER_EXIT and not self.cases and self.totals_line is None:
             return NOT_LOADED
+        if self.returncode == NOT_MODELLED_EXIT and not self.timed_out:
+            return NOT_MODELLED
         if self.failed or self.returncode != 0 or self.totals_mismatch:
             return FAILED
         if self.passed == 0:
             return NOTHING
         return PASSED
+
+    @property
+    def crash_site(self) -> str:
+        """Where a program killed by a signal stopped: `in CASE` (the case its output leaves unfinished), `after
+        CASE` (the last case it finished), `before its first case`; '' when no signal stopped it."""
+        if not self.signal_name:
+            return ""
+        crash = next((c for c in self.cases if c.status == CRASH), None)
+        if crash is not None:
+            return f"in {crash.case_id}"
+        return f"after {self.cases[-1].case_id}" if self.cases else "before its first case"
 
     def failing_lines(self) -> list[str]:
         lines = [f"{c.backend} {c.case_id}: {c.detail} {c.status.upper()}".replace("  ", " ")
@@ -352,19 +372,67 @@ CASE_FILTERS = {"test-backend-ops": "-p"}
 """Programs that select cases by a regular expression over their parameters (test-backend-ops: `-p REGEX`,
 searched in each case's parameter string), and the flag."""
 
+OP_FILTER = "-o"
+"""test-backend-ops' filter by op name (a comma-separated list)."""
+
+
+def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+        elif a == flag and i + 1 < len(args):
+            skip = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def selecting(inv: Invocation, cases: list[CaseResult] | tuple[CaseResult, ...]
+              ) -> tuple[Invocation, tuple[str, ...] | None]:
+    """(`inv` narrowed to the ops of `cases`, their parameters to select) where the program selects cases
+    (CASE_FILTERS: test-backend-ops' `-o OPS`, and `-p` over the parameters, which run_past_crashes adds);
+    else (`inv`, None): the whole program runs again."""
+    flag = CASE_FILTERS.get(inv.program)
+    real = [c for c in cases if c.name and not c.name.startswith("(") and not (c.name == "timeout" and not c.backend)]
+    if flag is None or flag in inv.args or not real or len(real) != len(cases):
+        return inv, None
+    ops = ",".join(dict.fromkeys(c.name for c in real))
+    args = _without(inv.args, OP_FILTER)
+    # the mode stays the first argument (test-backend-ops reads `grad`/`test` positionally)
+    lead = args[:1] if args and not args[0].startswith("-") else ()
+    return (Invocation(inv.program, (*lead, OP_FILTER, ops, *args[len(lead):]), inv.sql, inv.trace_env),
+            tuple(dict.fromkeys(c.params for c in real)))
+
+
+def _params_regex(only: tuple[str, ...] | None, skipped: list[str]) -> str:
+    """An ECMAScript regex (std::regex) of the parameters: any of `only` (every case when None), none of `skipped`."""
+    out = "^"
+    if skipped:
+        out += "(?!(?:" + "|".join(re.escape(p) for p in skipped) + ")$)"
+    return out + ("(?:" + "|".join(re.escape(p) for p in only) + ")$" if only is not None else "")
+
+
 MAX_RESUMES = 20
 """The most runs past crashes of one program run (each steps past one more crashing case)."""
 
 
-def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = DEFAULT_TIMEOUT_S
-                     ) -> ProgramResult:
+def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = DEFAULT_TIMEOUT_S,
+                     only: tuple[str, ...] | None = None) -> ProgramResult:
     """`inv` run, and when it crashed inside a case, run again past that case (and each later one that
     crashes), so that every case has an outcome: the crashing case is a failing one (CRASH), the cases
     after it are read from the later runs. Only for a program that selects cases (CASE_FILTERS) and is not
-    given a filter of that kind already; a crash between cases leaves the cases after it unrun."""
-    first = run_program(bin_dir, inv, log, timeout)
+    given a filter of that kind already; a crash between cases leaves the cases after it unrun. `only`: the
+    parameters of the cases to run (selecting), else every case."""
     flag = CASE_FILTERS.get(inv.program)
-    if flag is None or flag in inv.args or not first.signal_name:
+    if only is not None and flag is not None and flag not in inv.args:
+        inv = Invocation(inv.program, (*inv.args, flag, _params_regex(only, [])), inv.sql, inv.trace_env)
+        base = inv.args[:-2]
+    else:
+        base = inv.args
+    first = run_program(bin_dir, inv, log, timeout)
+    if flag is None or flag in base or not first.signal_name:
         return first
     last, skipped, runs = first, list[str](), list[ProgramResult]()
     while last.signal_name and len(runs) < MAX_RESUMES:
@@ -372,9 +440,8 @@ def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float |
         if crash is None or crash.params in skipped:
             break
         skipped.append(crash.params)
-        # every case but those that crashed: an ECMAScript regex (std::regex), searched in the parameters
-        regex = "^(?!(?:" + "|".join(re.escape(p) for p in skipped) + ")$)"
-        again = Invocation(inv.program, (*inv.args, flag, regex), inv.sql, inv.trace_env)
+        # every case (of `only`) but those that crashed
+        again = Invocation(inv.program, (*base, flag, _params_regex(only, skipped)), inv.sql, inv.trace_env)
         last = run_program(bin_dir, again, log.with_name(f"{log.stem}-past-{len(runs) + 1}{log.suffix}"), timeout)
         runs.append(last)
     if not runs:
@@ -411,7 +478,7 @@ class TestReport:
 
     @property
     def nothing_checked(self) -> list[str]:
-        return [p.program for p in self.programs if p.verdict == NOTHING]
+        return [p.program for p in self.programs if p.verdict in (NOTHING, NOT_MODELLED)]
 
 
 def default_mode(backend: str) -> str:

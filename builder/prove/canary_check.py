@@ -28,9 +28,11 @@ from builder.series.model import Patch
 
 
 def checker(project: Project, backend: str = "cpu", test: bool = False, progress: ProgressSink | None = None,
-            jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> TreeCheck:
+            jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
+            confirm: int = words.CONFIRM_RUNS) -> TreeCheck:
     """The tree check canary bisects with: ('', '') when the tree builds (and with `test`, the patch's
-    tests pass on it), else (KIND_BUILD, the first compiler error) or (KIND_TEST, what failed)."""
+    tests pass on it), else (KIND_BUILD, the first compiler error) or (KIND_TEST, what failed in every one
+    of `confirm` runs: a case that fails in some runs only is flaky, and no break)."""
     if backend not in available_backends():
         raise InputError(f"--backend {backend}: not on this machine (here: {', '.join(available_backends())})")
     src = project.state_dir / "verify" / "src"
@@ -54,6 +56,14 @@ def checker(project: Project, backend: str = "cpu", test: bool = False, progress
             return "", ""  # a patch without a test here: only its build is checked
         if run.verdict == words.TREE_PASSES:
             return "", ""
-        return KIND_TEST, "; ".join(f"{t} {r.verdict} ({r.passed} passed, {r.failed} failed)"
-                                    for t, r in zip(tests, run.results, strict=True))
+        # a break is what fails in every run: the failing cases run again, back to back on this build
+        more = runner.confirm(run, tests, backend, confirm, runner.FAILING,
+                              lambda i, k, inv: logs / f"{i}-{inv.program}-run{k}.log", timeout=timeout, progress=sink,
+                              label=f"canary: {patch.name} [{backend}]")
+        found = [runner.steady_failures(r, m) for r, m in zip(run.results, more, strict=True)]
+        if run.verdict == words.TREE_FAILS and not any(steady for steady, _ in found):
+            return "", ""  # flaky: no failure repeats in every run
+        said = "; ".join(f"{t} {r.verdict} ({r.passed} passed, {r.failed} failed)" for t, r in zip(tests, run.results,
+                                                                                                  strict=True))
+        return KIND_TEST, said + (f"; failing in each of {confirm} runs" if confirm > 1 else "")
     return check

@@ -148,3 +148,59 @@ def tree_path(file: str, src: Path, build_dir: Path) -> str:
         return (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
     except ValueError:
         return file
+
+
+EVERY, FAILING = "every", "failing"
+"""What decides on a tree, and so what its confirming runs run again: every case (a tree that must pass:
+the whole of each program), or its failing cases (a tree that must fail: only the programs that failed,
+narrowed to the cases that failed where the program selects cases)."""
+
+ConfirmLogOf = Callable[[int, int, testrun.Invocation], Path]
+"""Where the log of the i-th test's k-th run (from 2) goes."""
+
+
+def confirm(run: TreeRun, tests: list[TestSpec], backend: str, runs: int, decide: str, log_of: ConfirmLogOf, *,
+            timeout: Limits, progress: ProgressSink, label: str) -> tuple[tuple[testrun.ProgramResult, ...], ...]:
+    """Runs 2..`runs` of what decides on the built tree `run` (`decide`: EVERY or FAILING), back to back on
+    its build: per test, its further runs (none where nothing of it decides)."""
+    if not run.built or run.bin_dir is None or runs < 2:
+        return tuple(() for _ in tests)
+    out: list[tuple[testrun.ProgramResult, ...]] = []
+    for i, (t, first) in enumerate(zip(tests, run.results, strict=True), 1):
+        if decide == FAILING and first.verdict not in (words.FAILED, words.CRASHED):
+            out.append(())
+            continue
+        inv = invocation(t, backend)
+        limit = limit_of(timeout, inv.command)  # the limits are kept by the test's own command line
+        only = None
+        # a crash between cases is confirmed by the whole program: a narrowed run would not reach its site
+        if decide == FAILING and not (first.signal_name and not any(c.status == testrun.CRASH for c in first.cases)):
+            inv, only = testrun.selecting(inv, [c for c in first.cases if c.status in (testrun.FAIL, testrun.CRASH)])
+        more = []
+        for k in range(2, runs + 1):
+            progress.begin(f"{label}: {inv.program} (run {k} of {runs})", None)
+            more.append(testrun.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
+            progress.end()
+        out.append(tuple(more))
+    return tuple(out)
+
+
+def failing_ids(r: testrun.ProgramResult) -> frozenset[str]:
+    """The failing cases of one run (`backend NAME(PARAMS)`), or the program as a whole when it failed
+    naming none."""
+    ids = {f"{c.backend} {c.case_id}".strip() for c in r.cases if c.status in (testrun.FAIL, testrun.CRASH)}
+    if not ids and r.verdict in (words.FAILED, words.CRASHED):
+        ids = {f"{r.program}: the program failed"}
+    return frozenset(ids)
+
+
+def steady_failures(first: testrun.ProgramResult, more: tuple[testrun.ProgramResult, ...]) -> tuple[
+        frozenset[str], dict[str, str]]:
+    """(what failed in every run, {what failed in some runs only: `flaky (N of M runs)`}) of one test."""
+    every = [failing_ids(r) for r in (first, *more)]
+    steady = frozenset.intersection(*every)
+    counts: dict[str, int] = {}
+    for ids in every:
+        for c in ids:
+            counts[c] = counts.get(c, 0) + 1
+    return steady, {c: words.flaky(n, len(every)) for c, n in counts.items() if c not in steady}

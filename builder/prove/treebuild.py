@@ -56,6 +56,9 @@ class TreeBuilder:
         """(build folder, tree) of the last tree built."""
         self.last_results: list[testrun.ProgramResult] = []
         """What each test program of the last tree run printed, case by case (one per test, in order)."""
+        self.last_confirm: tuple[tuple[testrun.ProgramResult, ...], ...] = ()
+        """Per test of the last tree run, its confirming runs (run_tree's `confirm`; none where nothing of it
+        decided)."""
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
         self._libraries: dict[str, pytests.Library] = {}
 
@@ -71,13 +74,17 @@ class TreeBuilder:
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
 
     def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
-                 timeout: Limits = None, *, record_inputs: bool = True) -> ev.Step:
+                 timeout: Limits = None, *, record_inputs: bool = True, confirm: int = 1,
+                 decide: str = runner.FAILING) -> ev.Step:
         """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's),
         or each test command its own (a mapping by command line, as the evidence records it).
 
         `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
-        over to a later tree; a tree with one hunk reverted is never carried over)."""
+        over to a later tree; a tree with one hunk reverted is never carried over). `confirm`: run what
+        decides on the tree (`decide`: runner.EVERY case, or the FAILING ones) that many times in all, back
+        to back on its build (`last_confirm`; each test's record lists them as `runs`)."""
         self.last_results = []
+        self.last_confirm = tuple(() for _ in tests)
         python = [t for t in tests if pytests.is_python(t)]
         if python:
             if len(python) != len(tests):
@@ -119,6 +126,12 @@ class TreeBuilder:
             self.inputs[commit] = affected.program_inputs(build_dir, src, present) if run.bin_dir else ()
         self.last_build = (build_dir, src)
         self.last_results = list(run.results)
+        if confirm > 1:
+            self.last_confirm = runner.confirm(
+                run, tests, backend, confirm, decide,
+                lambda i, k, inv: log_dir / f"{kind}-{i}-{inv.program}-run{k}.log",
+                timeout=self.timeout if timeout is None else timeout, progress=self.progress,
+                label=f"{patch.name} [{backend}] {kind}")
         return self._step(kind, commit, run)
 
     def _step(self, kind: str, commit: str, run: runner.TreeRun) -> ev.Step:
@@ -127,7 +140,8 @@ class TreeBuilder:
         if not run.built:
             return ev.Step(kind, commit, tree_id, False, run.command, run.build_duration_s, run.errors[:20],
                            run.only_tests, verdict=run.verdict)
-        runs = tuple(_run_record(r) for r in run.results)
+        runs = tuple({**_run_record(r), **({"runs": [_confirm_record(m) for m in more]} if more else {})}
+                     for r, more in zip(run.results, self.last_confirm, strict=True))
         return ev.Step(kind, commit, tree_id, True, run.command, run.build_duration_s, tests=runs, verdict=run.verdict)
 
     def _log_dir(self, patch: Patch, backend: str) -> Path:
@@ -212,10 +226,19 @@ class TreeBuilder:
         return hk.CompileDb.read(find_tool("ninja").path, build_dir, seen if seen.is_symlink() else src)
 
 
+def _confirm_record(r: testrun.ProgramResult) -> dict:
+    """One confirming run of a test command (run_tree's `confirm`), as the evidence records it."""
+    return {"command": " ".join([r.program, *r.args]), "returncode": r.returncode, "signal": r.signal_name,
+            **({"crash_site": r.crash_site} if r.crash_site else {}),
+            "timed_out": r.timed_out, "verdict": r.verdict, "failing": sorted(runner.failing_ids(r)),
+            "duration_s": round(r.duration_s, 3), "log": str(r.log)}
+
+
 def _run_record(r: testrun.ProgramResult) -> dict:
     """One test command's run as the evidence records it."""
     return {"command": " ".join([r.program, *r.args]), "returncode": r.returncode,
             "signal": r.signal_name, "timed_out": r.timed_out, "verdict": r.verdict, "passed": r.passed,
             "failed": r.failed, "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
             "failing": r.failing_lines()[:50], "notes": list(r.notes),
-            "trace": str(r.trace) if r.trace else None, **({"resumed": list(r.resumed)} if r.resumed else {})}
+            "trace": str(r.trace) if r.trace else None, **({"resumed": list(r.resumed)} if r.resumed else {}),
+            **({"crash_site": r.crash_site} if r.crash_site else {})}

@@ -171,7 +171,7 @@ class Verifier:
         self.work.attach_upstream(self.fetched, self.pin)
         self.builder = TreeBuilder(project, self.work, self.series, self.progress, jobs=jobs, cuda_arch=cuda_arch,
                                    timeout=timeout)
-        self.hunk_runner = HunkRunner(self.builder, self.progress)
+        self.hunk_runner = HunkRunner(self.builder, self.progress, confirm=self.confirm)
         self.keys = ProofKeys(project, self.work, self.builder.inputs,
                               library=lambda backend: self.builder.library(backend).tree)
         self.reproved_because: dict[tuple[str, str], str] = {}

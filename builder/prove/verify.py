@@ -128,7 +128,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(v.outcome == PROVEN or v.outcome.startswith(NEEDS) for v in self.verdicts)
+        return all(v.outcome == PROVEN or words.is_needs(v.outcome) for v in self.verdicts)
 
     @property
     def regressed(self) -> bool:
@@ -140,12 +140,12 @@ class VerifyReport:
         on this machine (their proof runs only on a backend it lacks)."""
         proven = {v.patch for v in self.verdicts if v.outcome == PROVEN}
         return tuple(dict.fromkeys(v.patch for v in self.verdicts
-                                   if v.outcome.startswith(NEEDS) and v.patch not in proven))
+                                   if words.is_needs(v.outcome) and v.patch not in proven))
 
     def needs_of(self, patch: str) -> str:
         """What a patch not proven here needs, in words (`needs metal`)."""
         return "; ".join(dict.fromkeys(v.outcome for v in self.verdicts
-                                       if v.patch == patch and v.outcome.startswith(NEEDS)))
+                                       if v.patch == patch and words.is_needs(v.outcome)))
 
 
 class Verifier:
@@ -234,7 +234,7 @@ class Verifier:
         case_rows: list[dict] = []
         if backend not in meta.backends:
             missing = [b for b in meta.backends if b not in here] or list(meta.backends)
-            outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
+            outcome = words.needs(missing) if meta.backends else NOT_PROVEN
             reason = (f"the failing-before half can only run on {', '.join(meta.backends)}"
                       if meta.backends else "the patch declares no backend for its proof")
             if tests:
@@ -245,7 +245,7 @@ class Verifier:
                 else:
                     reason += f"; with the fix its {backend} tests pass"
         elif backend not in here:
-            outcome, reason = f"{NEEDS} {backend}", f"no {backend} backend on this machine"
+            outcome, reason = words.needs([backend]), f"no {backend} backend on this machine"
         elif not tests:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:

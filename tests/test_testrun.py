@@ -27,6 +27,7 @@ from builder.compile.testrun import (
     Invocation,
     ProgramResult,
     TestReport,
+    _params_regex,
     parse_console,
     parse_sql,
     plan,
@@ -398,3 +399,27 @@ def test_the_stand_ins_stop_with_the_exit_status_testrun_reads() -> None:
         found = re.findall(r"#define \w+_NOT_MODELLED_EXIT (\d+)", src.read_text())
         assert found == [str(NOT_MODELLED_EXIT)], src
         assert "abort()" not in src.read_text().split("not modelled", 1)[1].split("}", 1)[0], src
+
+
+REGEX_SEARCH = r"""
+#include <regex>
+#include <string>
+int main(int argc, char ** argv) {
+    return std::regex_search(std::string(argv[2]), std::regex(argv[1])) ? 0 : 1;
+}
+"""
+
+
+def test_the_case_filter_is_a_regex_std_regex_reads_as_the_parameters_themselves(tmp_path: Path) -> None:
+    """The runs past a crash and the confirming runs select test-backend-ops' cases by `-p REGEX` (std::regex,
+    ECMAScript): each parameter string escaped so that it matches itself and nothing else."""
+    src = tmp_path / "search.cpp"
+    src.write_text(REGEX_SEARCH)
+    subprocess.run(["c++", "-o", str(tmp_path / "search"), str(src)], check=True)
+    def matches(regex: str, text: str) -> bool:
+        return subprocess.run([str(tmp_path / "search"), regex, text], check=False).returncode == 0
+
+    for params in ("type=f32,ne=[10,5,4,3],nr23=[2,2],v=0", "eps=-0.000010,a.b=(1|2)", "x=1 y=2/3,z={4}+*?^$\\"):
+        only, skipping = _params_regex((params,), []), _params_regex(None, [params])
+        assert matches(only, params) and not matches(only, params + "0"), only
+        assert not matches(skipping, params) and matches(skipping, "v=1"), skipping

@@ -406,12 +406,21 @@ def selecting(inv: Invocation, cases: list[CaseResult] | tuple[CaseResult, ...]
             tuple(dict.fromkeys(c.params for c in real)))
 
 
+_ECMA_SYNTAX = re.compile(r"([\^$\\.*+?()\[\]{}|/])")
+
+
+def ecma_escape(text: str) -> str:
+    """`text` as an ECMAScript regex (std::regex) that matches it: only the pattern syntax characters escaped
+    (Python's re.escape also escapes `-` and a space, identity escapes that a strict ECMAScript parser refuses)."""
+    return _ECMA_SYNTAX.sub(r"\\\1", text)
+
+
 def _params_regex(only: tuple[str, ...] | None, skipped: list[str]) -> str:
     """An ECMAScript regex (std::regex) of the parameters: any of `only` (every case when None), none of `skipped`."""
     out = "^"
     if skipped:
-        out += "(?!(?:" + "|".join(re.escape(p) for p in skipped) + ")$)"
-    return out + ("(?:" + "|".join(re.escape(p) for p in only) + ")$" if only is not None else "")
+        out += "(?!(?:" + "|".join(ecma_escape(p) for p in skipped) + ")$)"
+    return out + ("(?:" + "|".join(ecma_escape(p) for p in only) + ")$" if only is not None else "")
 
 
 MAX_RESUMES = 20

@@ -132,7 +132,9 @@ def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramRes
     `before_more`, `after_more`: the confirming runs of each tree; a case is proof only when it fails in
     every run before and passes in every run after, else it is flaky."""
     b, a = statuses(before), statuses(after)
-    b_more, a_more = [statuses(r) for r in before_more], [statuses(r) for r in after_more]
+    # a confirming run stopped inside a group named at its end is matched to the after run's groups too
+    b_more = [_unfinished_group(statuses(r), a) if stopped(r) else statuses(r) for r in before_more]
+    a_more = [statuses(r) for r in after_more]
     if stopped(before):
         b = _unfinished_group(b, a)
     p = statuses(parent) if parent is not None else {}

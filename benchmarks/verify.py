@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from builder.compile import testrun
 from builder.compile.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
-from builder.prove.treebuild import invocation
+from builder.prove.runner import invocation
 from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, available_backends, verify
 from builder.series.model import load_series
 

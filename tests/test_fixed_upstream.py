@@ -33,7 +33,7 @@ from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove.fixed_upstream import checker
-from builder.prove.treebuild import tree_path
+from builder.prove.runner import tree_path
 from builder.prove.verify import available_backends, verify
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, UpstreamFix

@@ -22,6 +22,7 @@ MODULE_LAYER = {
     # what every layer uses: errors, the subprocess runner, files, git, locks, progress, the project's paths
     "builder": "base", "builder.errors": "base", "builder.proc": "base", "builder.fsutil": "base",
     "builder.gitrepo": "base", "builder.locking": "base", "builder.progress": "base", "builder.project": "base",
+    "builder.words": "base",
     # the project's patched tree made, built and tested: series and compile together, under prove and deliver
     "builder.pipeline": "compile",
     # cleans up after every layer (the cache's temporary folders, verify refs, backups)

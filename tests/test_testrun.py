@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -16,13 +17,17 @@ from builder.compile.testrun import (
     FAILED,
     LOADER_EXIT,
     NOT_LOADED,
+    NOT_MODELLED,
+    NOT_MODELLED_EXIT,
     NOTHING,
     PASS,
     PASSED,
     SKIP,
+    TREE_NOTHING,
     Invocation,
     ProgramResult,
     TestReport,
+    _params_regex,
     parse_console,
     parse_sql,
     plan,
@@ -359,3 +364,62 @@ def test_a_program_the_loader_cannot_start_did_not_load_it_did_not_fail(tmp_path
     # `patchset test` fails on it, and a tree of verify's counts it as one that did not build (treebuild.run_tree)
     assert TestReport("cpu", "test", (), (r,)).failed
     assert tree_verdict([r.verdict]) == "nothing checked"
+
+
+NOT_MODELLED_STOP = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    printf("Backend 1/1: MTL0\n");
+    printf("  case_a(x=1): FAIL\n");
+    fflush(stdout);
+    fprintf(stderr, "patchset metal stand-in: not modelled: an API\n");
+    _exit(125);
+}
+"""
+
+
+def test_a_stand_in_s_not_modelled_stop_is_never_a_failing_test(tmp_path: Path) -> None:
+    """A Metal stand-in stops a program at an API it does not model with its own exit status (not a signal): the
+    run checked nothing, whatever it printed before; its tree is `nothing checked`, never `fails`."""
+    bin_dir = compile_c(tmp_path, "stopped", NOT_MODELLED_STOP)
+    r = run_program(bin_dir, Invocation("stopped", ()), tmp_path / "stopped.log")
+    assert r.returncode == NOT_MODELLED_EXIT and r.signal_name is None
+    assert r.verdict == NOT_MODELLED
+    assert tree_verdict([r.verdict]) == TREE_NOTHING
+    assert tree_verdict([PASSED, r.verdict]) == TREE_NOTHING
+
+
+def test_the_stand_ins_stop_with_the_exit_status_testrun_reads() -> None:
+    """The stand-ins' `#define ..._NOT_MODELLED_EXIT` is testrun's NOT_MODELLED_EXIT, in each source that stops."""
+    root = Path(__file__).resolve().parent.parent / "builder"
+    sources = [root / "metal_linux" / "metal.m", root / "metal_linux" / "dispatch.m",
+               root / "replay" / "cpp" / "replay-device.cpp"]
+    for src in sources:
+        found = re.findall(r"#define \w+_NOT_MODELLED_EXIT (\d+)", src.read_text())
+        assert found == [str(NOT_MODELLED_EXIT)], src
+        assert "abort()" not in src.read_text().split("not modelled", 1)[1].split("}", 1)[0], src
+
+
+REGEX_SEARCH = r"""
+#include <regex>
+#include <string>
+int main(int argc, char ** argv) {
+    return std::regex_search(std::string(argv[2]), std::regex(argv[1])) ? 0 : 1;
+}
+"""
+
+
+def test_the_case_filter_is_a_regex_std_regex_reads_as_the_parameters_themselves(tmp_path: Path) -> None:
+    """The runs past a crash and the confirming runs select test-backend-ops' cases by `-p REGEX` (std::regex,
+    ECMAScript): each parameter string escaped so that it matches itself and nothing else."""
+    src = tmp_path / "search.cpp"
+    src.write_text(REGEX_SEARCH)
+    subprocess.run(["c++", "-o", str(tmp_path / "search"), str(src)], check=True)
+    def matches(regex: str, text: str) -> bool:
+        return subprocess.run([str(tmp_path / "search"), regex, text], check=False).returncode == 0
+
+    for params in ("type=f32,ne=[10,5,4,3],nr23=[2,2],v=0", "eps=-0.000010,a.b=(1|2)", "x=1 y=2/3,z={4}+*?^$\\"):
+        only, skipping = _params_regex((params,), []), _params_regex(None, [params])
+        assert matches(only, params) and not matches(only, params + "0"), only
+        assert not matches(skipping, params) and matches(skipping, "v=1"), skipping

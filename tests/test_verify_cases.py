@@ -194,6 +194,10 @@ def test_declared_crash_proves(verified) -> None:
     v = verdicts["feature-c"]
     assert v.outcome == PROVEN, v.reason
     assert "SIGABRT" in v.reason and "as the patch declares" in v.reason
+    # the crash's site: the last case the program finished before it aborted, the same in each run
+    assert "crashes (SIGABRT) after mul(a=2,b=3) in each of 3 runs" in v.reason, v.reason
+    (before,) = [s for s in json.loads(v.evidence_json.read_text())["steps"] if s["tree"] == "before"]
+    assert before["tests"][0]["crash_site"] == "after mul(a=2,b=3)"
 
 
 def test_guard_trailer_is_checked(tmp_path: Path) -> None:
@@ -247,3 +251,26 @@ def test_a_run_stopped_inside_a_group_named_at_its_end_is_matched_to_that_group(
     proof = [r for r in rows if r.role == cases.PROOF]
     assert [(r.case, r.backend) for r in proof] == [(case, "CPU adamw")]
     assert not [r for r in rows if r.before != cases.NOT_REACHED and r.after == cases.ABSENT]
+
+
+def test_confirming_runs_stopped_inside_a_group_named_at_its_end_are_matched_to_that_group() -> None:
+    """Patch 3's proof on the real pin: each confirming run of the before tree crashes in test-opt's adamw group
+    as the first did, so its cases print without the group's name too. They are matched to the after run's
+    group as the first run's are: the case fails in every run and is proof (each read as `not reached`, the
+    proof was flaky 1 of 3 runs)."""
+    pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
+    first = pin.index("  Backend CPU adamw:")
+    case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"
+    crashed = pin[:first].replace(f"{case}: \x1b[1;32mOK\x1b[0m", f"{case}: \x1b[1;31mFAIL\x1b[0m", 1)
+
+    def result(text: str, signal: str | None) -> testrun.ProgramResult:
+        found, totals, _ = testrun.parse_console(text, "test-opt")
+        return testrun.ProgramResult("test-opt", (), -11 if signal else 0, signal, tuple(found), 0.1,
+                                     Path("log"), totals)
+
+    again = result(crashed, "SIGSEGV")
+    rows = cases.table("test-opt", again, result(pin, None), None, (), new_program=False,
+                       before_more=(again, again), after_more=(result(pin, None), result(pin, None)))
+    (row,) = [r for r in rows if r.case == case and r.backend == "CPU adamw"]
+    assert row.role == cases.PROOF, row
+    assert row.runs == "before: fail fail fail; after: pass pass pass", row

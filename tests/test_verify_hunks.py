@@ -278,4 +278,6 @@ def test_a_reverted_hunk_that_hangs_the_test_is_caught_at_its_limit(tmp_path: Pa
     (run,) = spin["tests"]
     assert run["returncode"] == -9 and 2.0 <= run["duration_s"] < 30, run
     assert any(line.strip().startswith("timeout(limit=2s)") for line in spin["failing"]), spin
+    # a run stopped at its limit has no signal of its own: the reason says it did not finish, not "exit -9"
+    assert "did not finish in 2s" in spin["reason"] and "exit -9" not in spin["reason"], spin["reason"]
     assert v.outcome == PROVEN, v.reason

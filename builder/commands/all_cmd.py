@@ -9,7 +9,7 @@ from rich.table import Table
 from builder import proc
 from builder.commands import jsonout
 from builder.commands.build_cmd import print_build
-from builder.commands.test_cmd import add_timeout, print_report
+from builder.commands.test_cmd import add_confirm, add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
 from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_not_here, print_verdicts
@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     jsonout.add_option(p, "the run (each phase with its seconds, reuse and ccache counters, the verdicts and the "
                           "test results; docs/all.md)", file=True)
     add_timeout(p)
+    add_confirm(p, "what decides on each tree of verify's proofs")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -110,7 +111,8 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         return tested
     console.rule("verify")
     before = clock.stats()
-    v = verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout)
+    v = verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
+               confirm=args.confirm)
     # a patch whose proof needs a backend this machine lacks is proven on the one that stands in for it
     # here (the Metal replay), where the patch declares that one
     here = available_backends()
@@ -119,7 +121,8 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         sub = stand_in(p, args.backend, here)
         if sub:
             replay.setdefault(sub, []).append(p.name)
-    extra = [verify(project, names, backends=[sub], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout)
+    extra = [verify(project, names, backends=[sub], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
+                    confirm=args.confirm)
              for sub, names in replay.items()]
     after = clock.stats()
     if before is not None and after is not None:

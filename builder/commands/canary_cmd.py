@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from builder.commands import jsonout
-from builder.commands.test_cmd import add_timeout
+from builder.commands.test_cmd import add_confirm, add_timeout
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="cpu", help="with --build/--test (default: cpu)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     add_timeout(p)
+    add_confirm(p, "with --test, the failing cases of a tree")
     jsonout.add_option(p, "the report")
     p.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
                          "llama.cpp's tree only; a second series gets its text checks (leave the flag out)")
     if args.build or args.test:
         from builder.prove.canary_check import checker  # noqa: PLC0415 (only these flags build)
-        check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout)
+        check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout, args.confirm)
     with project_lock(project.lock_file) if check else contextlib.nullcontext():
         report = canary(project, new, old, args.step, args.scan, progress, check,
                         "test" if args.test else "build" if args.build else "")

@@ -5,6 +5,7 @@ import argparse
 from builder.commands import jsonout
 from builder.commands.apply_cmd import print_outcomes
 from builder.commands.dryrun_view import print_dry_run, print_report
+from builder.commands.test_cmd import add_confirm
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
@@ -28,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS,
                    help="with --fixed-upstream: the backend to run the tests on (default: for each patch the first "
                         "of its Patchset-Backends this machine has)")
+    add_confirm(p, "with --fixed-upstream, each tree whose tests decide (at least 2)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     g.add_argument("--skip", action="store_true", help="drop the patch the rebase stopped at from the series, go on")
@@ -38,7 +40,7 @@ def _check(args: argparse.Namespace, project: Project) -> Check | None:
     if not args.fixed_upstream:
         return None
     from builder.prove.fixed_upstream import checker  # noqa: PLC0415 (only this check needs build and verify)
-    return checker(project, args.backend, CliProgress())
+    return checker(project, args.backend, CliProgress(), confirm=args.confirm)
 
 
 def print_way_back(report: RebaseReport) -> None:

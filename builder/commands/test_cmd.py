@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from builder import proc
+from builder import proc, words
 from builder.commands import jsonout, sweep_view
 from builder.compile.cmakebuild import PROFILES, TARGET_SETS
 from builder.compile.reports import report_dict, write_junit
@@ -37,6 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"stop a test program that runs longer (a failed case; default {DEFAULT_TIMEOUT_S:g})")
+
+
+def add_confirm(p: argparse.ArgumentParser, what: str) -> None:
+    """`--confirm N`: how many runs confirm what decides a verdict (as `patchset test --against --confirm`)."""
+    p.add_argument("--confirm", type=int, default=words.CONFIRM_RUNS, metavar="N",
+                   help=f"run {what} N times in all; a case that varies between runs is flaky and decides nothing "
+                        f"(default {words.CONFIRM_RUNS}; 1: one run)")
 
 
 def _add_sweep(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from builder import proc
 from builder.commands import jsonout, options
-from builder.commands.test_cmd import add_timeout
+from builder.commands.test_cmd import add_confirm, add_timeout
 from builder.compile.cmakebuild import PROFILES
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     add_timeout(p)
+    add_confirm(p, "what decides on each tree (every case of the after tree, the failing ones of the mutation and "
+                   "before trees)")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
                    "used, so that the patched tree's build is reused")
 
@@ -130,7 +132,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         console.print(table)
         return Outcome.OK
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
-                    jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks)
+                    jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks,
+                    confirm=args.confirm)
     print_verdicts(report)
     print_not_here(report)
     jsonout.emit(args, "verify", verify_json(report))

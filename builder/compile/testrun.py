@@ -13,10 +13,10 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from builder import proc
+from builder import proc, words
 from builder.compile import replay
 from builder.errors import TestRunError
 
@@ -24,15 +24,23 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PASS, FAIL, SKIP, CRASH = "pass", "fail", "skip", "crash"
 MODES = ("test", "grad")
 
-# verdicts of one program run
-PASSED, FAILED, NOTHING, CRASHED, NOT_LOADED = "passed", "failed", "nothing checked", "crashed", "did not load"
+# verdicts of one program run (the words: builder.words)
+PASSED, FAILED, NOTHING, CRASHED = words.PASSED, words.FAILED, words.NOTHING, words.CRASHED
+NOT_LOADED = words.NOT_LOADED
 LOADER_EXIT = 127
 """The exit status of the dynamic loader when it cannot start a program (a shared library or a symbol it needs
 is missing: a link a shared build leaves to the loader). Such a program ran none of its code, printed nothing
 of its own, and says nothing of what it tests: it `did not load`, never `failed`."""
 
-# what the programs of one tree say together (verify's steps, the fixed-upstream check)
-TREE_FAILS, TREE_PASSES, TREE_NOTHING = "fails", "passes", "nothing checked"
+NOT_MODELLED = words.NOT_MODELLED
+NOT_MODELLED_EXIT = 125
+"""The exit status patchset's Metal stand-ins (builder/metal_linux, builder/replay) stop a program with at an API or
+kernel they do not model (`#define ..._NOT_MODELLED_EXIT`, a line `...: not modelled: ...` on stderr): the run
+checked nothing of the tree. Never a signal: an abort there would read as the test crashing (and, with
+`Patchset-Before: crash`, as the proof)."""
+
+# what the programs of one tree say together (verify's steps, the fixed-upstream check, canary)
+TREE_FAILS, TREE_PASSES, TREE_NOTHING = words.TREE_FAILS, words.TREE_PASSES, words.TREE_NOTHING
 
 
 def tree_verdict(verdicts: Iterable[str]) -> str:
@@ -83,6 +91,17 @@ class ProgramResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the backend's dispatch trace shows (the Metal replay), when it wrote one."""
     trace: Path | None = None
+    resumed: tuple[str, ...] = ()
+    """The runs past a crash (run_past_crashes), their command lines: the cases after the crashing one come
+    from them."""
+    finished: bool = False
+    """A crashed program whose runs past each crash reached its end: every case it has printed an outcome."""
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped early (a signal, its time limit) with no run past it to the end: the cases it never
+        printed say nothing."""
+        return bool((self.signal_name and not self.finished) or self.timed_out)
 
     @property
     def passed(self) -> int:
@@ -118,11 +137,24 @@ class ProgramResult:
             return CRASHED
         if self.returncode == LOADER_EXIT and not self.cases and self.totals_line is None:
             return NOT_LOADED
+        if self.returncode == NOT_MODELLED_EXIT and not self.timed_out:
+            return NOT_MODELLED
         if self.failed or self.returncode != 0 or self.totals_mismatch:
             return FAILED
         if self.passed == 0:
             return NOTHING
         return PASSED
+
+    @property
+    def crash_site(self) -> str:
+        """Where a program killed by a signal stopped: `in CASE` (the case its output leaves unfinished), `after
+        CASE` (the last case it finished), `before its first case`; '' when no signal stopped it."""
+        if not self.signal_name:
+            return ""
+        crash = next((c for c in self.cases if c.status == CRASH), None)
+        if crash is not None:
+            return f"in {crash.case_id}"
+        return f"after {self.cases[-1].case_id}" if self.cases else "before its first case"
 
     def failing_lines(self) -> list[str]:
         lines = [f"{c.backend} {c.case_id}: {c.detail} {c.status.upper()}".replace("  ", " ")
@@ -336,6 +368,105 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
                          trace=trace)
 
 
+CASE_FILTERS = {"test-backend-ops": "-p"}
+"""Programs that select cases by a regular expression over their parameters (test-backend-ops: `-p REGEX`,
+searched in each case's parameter string), and the flag."""
+
+OP_FILTER = "-o"
+"""test-backend-ops' filter by op name (a comma-separated list)."""
+
+
+def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+        elif a == flag and i + 1 < len(args):
+            skip = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def selecting(inv: Invocation, cases: list[CaseResult] | tuple[CaseResult, ...]
+              ) -> tuple[Invocation, tuple[str, ...] | None]:
+    """(`inv` narrowed to the ops of `cases`, their parameters to select) where the program selects cases
+    (CASE_FILTERS: test-backend-ops' `-o OPS`, and `-p` over the parameters, which run_past_crashes adds);
+    else (`inv`, None): the whole program runs again."""
+    flag = CASE_FILTERS.get(inv.program)
+    real = [c for c in cases if c.name and not c.name.startswith("(") and not (c.name == "timeout" and not c.backend)]
+    if flag is None or flag in inv.args or not real or len(real) != len(cases):
+        return inv, None
+    ops = ",".join(dict.fromkeys(c.name for c in real))
+    args = _without(inv.args, OP_FILTER)
+    # the mode stays the first argument (test-backend-ops reads `grad`/`test` positionally)
+    lead = args[:1] if args and not args[0].startswith("-") else ()
+    return (Invocation(inv.program, (*lead, OP_FILTER, ops, *args[len(lead):]), inv.sql, inv.trace_env),
+            tuple(dict.fromkeys(c.params for c in real)))
+
+
+_ECMA_SYNTAX = re.compile(r"([\^$\\.*+?()\[\]{}|/])")
+
+
+def ecma_escape(text: str) -> str:
+    """`text` as an ECMAScript regex (std::regex) that matches it: only the pattern syntax characters escaped
+    (Python's re.escape also escapes `-` and a space, identity escapes that a strict ECMAScript parser refuses)."""
+    return _ECMA_SYNTAX.sub(r"\\\1", text)
+
+
+def _params_regex(only: tuple[str, ...] | None, skipped: list[str]) -> str:
+    """An ECMAScript regex (std::regex) of the parameters: any of `only` (every case when None), none of `skipped`."""
+    out = "^"
+    if skipped:
+        out += "(?!(?:" + "|".join(ecma_escape(p) for p in skipped) + ")$)"
+    return out + ("(?:" + "|".join(ecma_escape(p) for p in only) + ")$" if only is not None else "")
+
+
+MAX_RESUMES = 20
+"""The most runs past crashes of one program run (each steps past one more crashing case)."""
+
+
+def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None = DEFAULT_TIMEOUT_S,
+                     only: tuple[str, ...] | None = None) -> ProgramResult:
+    """`inv` run, and when it crashed inside a case, run again past that case (and each later one that
+    crashes), so that every case has an outcome: the crashing case is a failing one (CRASH), the cases
+    after it are read from the later runs. Only for a program that selects cases (CASE_FILTERS) and is not
+    given a filter of that kind already; a crash between cases leaves the cases after it unrun. `only`: the
+    parameters of the cases to run (selecting), else every case."""
+    flag = CASE_FILTERS.get(inv.program)
+    if only is not None and flag is not None and flag not in inv.args:
+        inv = Invocation(inv.program, (*inv.args, flag, _params_regex(only, [])), inv.sql, inv.trace_env)
+        base = inv.args[:-2]
+    else:
+        base = inv.args
+    first = run_program(bin_dir, inv, log, timeout)
+    if flag is None or flag in base or not first.signal_name:
+        return first
+    last, skipped, runs = first, list[str](), list[ProgramResult]()
+    while last.signal_name and len(runs) < MAX_RESUMES:
+        crash = next((c for c in last.cases if c.status == CRASH), None)
+        if crash is None or crash.params in skipped:
+            break
+        skipped.append(crash.params)
+        # every case (of `only`) but those that crashed
+        again = Invocation(inv.program, (*base, flag, _params_regex(only, skipped)), inv.sql, inv.trace_env)
+        last = run_program(bin_dir, again, log.with_name(f"{log.stem}-past-{len(runs) + 1}{log.suffix}"), timeout)
+        runs.append(last)
+    if not runs:
+        return first
+    seen = {(c.backend, c.case_id) for c in first.cases}
+    cases = list(first.cases)
+    for r in runs:
+        for c in r.cases:
+            if (c.backend, c.case_id) not in seen:
+                seen.add((c.backend, c.case_id))
+                cases.append(c)
+    return replace(first, cases=tuple(cases), duration_s=first.duration_s + sum(r.duration_s for r in runs),
+                   resumed=tuple(" ".join([r.program, *r.args]) for r in runs),
+                   finished=not last.signal_name and not last.timed_out)
+
+
 @dataclass(frozen=True)
 class TestReport:
     backend: str
@@ -356,7 +487,7 @@ class TestReport:
 
     @property
     def nothing_checked(self) -> list[str]:
-        return [p.program for p in self.programs if p.verdict == NOTHING]
+        return [p.program for p in self.programs if p.verdict in (NOTHING, NOT_MODELLED)]
 
 
 def default_mode(backend: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from builder import words
 from builder.compile import testrun
 from builder.series.model import GuardRule
 
@@ -35,13 +36,16 @@ ADDED, CHANGED, EXISTING = "added", "changed", "existing"
 
 # what a case says about the patch
 PROOF = "proof"
+FLAKY = words.FLAKY
 GUARD = "guard case"
 DECLARED_GUARD = "declared guard"
-CANNOT_TELL = "cannot tell"
+CANNOT_TELL = words.CANNOT_TELL
 NO_PROOF = "no proof"
 
 ROLES: tuple[tuple[str, str], ...] = (
     (PROOF, "fails before (a FAIL, or the case the program crashed in) and passes after: the proof"),
+    (FLAKY, "would be proof, but in the confirming runs (`--confirm N`, default 3) it did not fail in every run "
+            "without the fix or did not pass in every run with it: flaky (N of M runs), never proof"),
     (GUARD, "added or changed by the patch, passes before and after: not part of the proof; reported by "
             "`verify`, `check --strict` and `export` until a `Patchset-Guard` trailer declares it"),
     (DECLARED_GUARD, "a guard case that a `Patchset-Guard` trailer of the patch matches: not part of the proof, "
@@ -66,11 +70,14 @@ class Case:
     role: str
     guard: str = ""
     """The `Patchset-Guard` rule that declares it, for a declared guard."""
+    runs: str = ""
+    """For a case of the proof or a flaky one, how it ran in each confirming run (`before: fail fail fail;
+    after: pass pass pass`), and for a flaky one how often it failed (`flaky (2 of 3 runs)`)."""
 
     def as_dict(self) -> dict[str, str]:
         return {"command": self.command, "case": self.case, "backend": self.backend, "scope": self.scope,
                 "before": self.before, "after": self.after, "role": self.role,
-                **({"guard": self.guard} if self.guard else {})}
+                **({"guard": self.guard} if self.guard else {}), **({"runs": self.runs} if self.runs else {})}
 
 
 _RANK = {SKIP: 0, PASS: 1, FAIL: 2, CRASH: 3}
@@ -93,9 +100,9 @@ def statuses(r: testrun.ProgramResult) -> dict[tuple[str, str], str]:
 
 
 def stopped(r: testrun.ProgramResult) -> bool:
-    """Whether the program was stopped early (a signal, its time limit): the cases it never printed
-    say nothing."""
-    return bool(r.signal_name or r.timed_out)
+    """Whether the program was stopped early (a signal, its time limit) and not run past it to its end
+    (testrun.run_past_crashes): the cases it never printed say nothing."""
+    return r.stopped
 
 
 def _unfinished_group(before: dict[tuple[str, str], str],
@@ -116,11 +123,18 @@ def _unfinished_group(before: dict[tuple[str, str], str],
 
 
 def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramResult,
-          parent: testrun.ProgramResult | None, guards: tuple[GuardRule, ...], *, new_program: bool) -> list[Case]:
+          parent: testrun.ProgramResult | None, guards: tuple[GuardRule, ...], *, new_program: bool,
+          before_more: tuple[testrun.ProgramResult, ...] = (),
+          after_more: tuple[testrun.ProgramResult, ...] = ()) -> list[Case]:
     """The cases of one test command: every case the before or after run printed, with its scope
     and role. `parent`: the run on the parent tree (None when the patch does not change the program's
-    source: every case is existing; or when `new_program`: the parent tree has no such program)."""
+    source: every case is existing; or when `new_program`: the parent tree has no such program).
+    `before_more`, `after_more`: the confirming runs of each tree; a case is proof only when it fails in
+    every run before and passes in every run after, else it is flaky."""
     b, a = statuses(before), statuses(after)
+    # a confirming run stopped inside a group named at its end is matched to the after run's groups too
+    b_more = [_unfinished_group(statuses(r), a) if stopped(r) else statuses(r) for r in before_more]
+    a_more = [statuses(r) for r in after_more]
     if stopped(before):
         b = _unfinished_group(b, a)
     p = statuses(parent) if parent is not None else {}
@@ -138,9 +152,9 @@ def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramRes
             scope = EXISTING if stopped(parent) else ADDED
         else:
             scope = CHANGED if p[key] != was and was in (PASS, FAIL, CRASH) else EXISTING
-        guard = ""
+        guard, runs = "", ""
         if now == PASS and was in (FAIL, CRASH):
-            role = PROOF
+            role, runs = _confirmed(key, was, b_more, a_more)
         elif now == PASS and was in (TIMEOUT, NOT_REACHED):
             role = CANNOT_TELL
         elif now == PASS and was == PASS and scope in (ADDED, CHANGED):
@@ -148,15 +162,31 @@ def table(command: str, before: testrun.ProgramResult, after: testrun.ProgramRes
             role, guard = (DECLARED_GUARD, str(rule)) if rule else (GUARD, "")
         else:
             role = NO_PROOF
-        out.append(Case(command, case, backend, scope, was, now, role, guard))
+        out.append(Case(command, case, backend, scope, was, now, role, guard, runs))
     return out
+
+
+def _confirmed(key: tuple[str, str], was: str, b_more: list[dict[tuple[str, str], str]],
+               a_more: list[dict[tuple[str, str], str]]) -> tuple[str, str]:
+    """(PROOF or FLAKY, how it ran in each run) of a case that failed in the first run before and passed in the
+    first run after. A confirming run that did not print it (it stopped first) does not confirm it."""
+    if not b_more and not a_more:
+        return PROOF, ""
+    before = [was, *(m.get(key, NOT_REACHED) for m in b_more)]
+    after = [PASS, *(m.get(key, NOT_REACHED) for m in a_more)]
+    said = f"before: {' '.join(before)}; after: {' '.join(after)}"
+    if all(s in (FAIL, CRASH) for s in before) and all(s == PASS for s in after):
+        return PROOF, said
+    unsteady = before if not all(s in (FAIL, CRASH) for s in before) else after
+    failed = sum(s in (FAIL, CRASH) for s in unsteady)
+    return FLAKY, f"{words.flaky(failed, len(unsteady))}: {said}"
 
 
 def recorded(cases: list[Case]) -> list[Case]:
     """The rows the evidence keeps: the cases the patch added or changed, the proof, and where the
     before run stopped (existing cases that pass before and after are left out: thousands, for
     test-backend-ops)."""
-    return [c for c in cases if c.scope != EXISTING or c.role == PROOF or c.before in (TIMEOUT, CRASH)]
+    return [c for c in cases if c.scope != EXISTING or c.role in (PROOF, FLAKY) or c.before in (TIMEOUT, CRASH)]
 
 
 def undeclared_guards(rows: tuple[dict, ...] | list[dict], guards: tuple[GuardRule, ...]) -> list[dict]:

@@ -34,11 +34,8 @@ from builder.fsutil import sha256_file
 from builder.prove import cases
 from builder.prove import evidence as ev
 from builder.series.model import Patch
-
-PROVEN = "proven"  # the words of builder.prove.verify (not imported: verify imports the whole prover)
-REGRESSED = "regressed"
-BUILD_FAILED = "build failed"
-_STEP_VERDICTS = ("fails", "passes", "build-fails", "build-failed", "nothing checked")
+from builder.words import BUILD_FAILED, PROVEN, REGRESSED
+from builder.words import STEP_VERDICTS as _STEP_VERDICTS
 
 
 @dataclass(frozen=True)

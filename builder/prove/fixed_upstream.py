@@ -10,8 +10,9 @@ the patch's tests on it:
 - the control: the same test part on the OLD pin (exactly verify's before tree), built and run in
   the same check on the same backend. Only cases seen failing there count: a case is fixed when it
   failed on the old pin and passes on the new upstream. When one looks fixed, each tree's tests run
-  again, back to back on its build (CONFIRM_RUNS in all), and the case must fail in every run on
-  the old pin and pass in every run on the new upstream: a flaky case makes it `cannot tell`;
+  again, back to back on its build (`confirm` runs in all, words.CONFIRM_RUNS unless asked), and the
+  case must fail in every run on the old pin and pass in every run on the new upstream: a flaky case
+  (`flaky (N of M runs)`) makes it `cannot tell`;
 - every case that failed on the old pin is fixed, and none fails on the new upstream: `fixed
   upstream`; some, the others still failing on both: `partly fixed upstream`, listing the cases
   that still fail (what is left of the patch); none: `not fixed upstream`;
@@ -37,20 +38,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.prove import hunks as hk
-from builder.prove.treebuild import tree_path
+from builder.prove import runner
 from builder.prove.trees import checkout_tree
 from builder.prove.verify import available_backends
-from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Check, Moved, UpstreamFix
+from builder.series.dryrun import Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
-
-CONFIRM_RUNS = 2
-"""How often the tests run on each tree before a case counts as fixed: back to back on one build, so
-that a test that fails one run in two is seen doing so (a flaky case is never fixed)."""
+from builder.words import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
 
 
 @dataclass(frozen=True)
@@ -78,19 +76,22 @@ class _Run:
 
 
 def checker(project: Project, backend: str | tuple[str, ...] | None = None, progress: ProgressSink | None = None,
-            jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> Check:
+            jobs: int | None = None, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
+            confirm: int = words.CONFIRM_RUNS) -> Check:
     """The check `dryrun.dry_run` runs on what it made: a verdict per patch. Each patch is tested on
     the first backend of its `Patchset-Backends` (where its proof runs) that this machine has, among
     `backend` (one, or several in order) when given."""
     def check(moved: Moved) -> dict[str, UpstreamFix]:
-        return _Checker(project, backend, progress or NullProgress(), jobs, timeout, moved).run()
+        return _Checker(project, backend, progress or NullProgress(), jobs, timeout, moved, confirm).run()
     return check
 
 
 class _Checker:
     def __init__(self, project: Project, backend: str | tuple[str, ...] | None, progress: ProgressSink,
-                 jobs: int | None, timeout: float | None, moved: Moved) -> None:
+                 jobs: int | None, timeout: float | None, moved: Moved, confirm: int = words.CONFIRM_RUNS) -> None:
         self.project, self.progress, self.jobs, self.timeout = project, progress, jobs, timeout
+        self.confirm = max(2, confirm)
+        """The runs of each tree before a case counts as fixed (at least two: a flaky case is never fixed)."""
         self.backends = (backend,) if isinstance(backend, str) else backend
         self.moved = moved
         self.root = project.state_dir / "upstream-check"
@@ -135,7 +136,7 @@ class _Checker:
 
     def _one(self, k: int, patch: Patch, backend: str, tests: list[TestSpec]) -> UpstreamFix:
         """The verdict, controlled: a case is fixed upstream only when it failed without the fix on the
-        old pin and passes on the new upstream, on this backend, in every one of CONFIRM_RUNS runs of
+        old pin and passes on the new upstream, on this backend, in every one of `confirm` runs of
         each tree (the old pin's tree is verify's before tree)."""
         earlier = sum(1 for r in self.moved.report.patches[:k] if r.outcome in ("clean", "3-way"))
         old_at = self.moved.old_commit[:12]
@@ -179,12 +180,12 @@ class _Checker:
             return UpstreamFix(NOT_FIXED, still_failing=still, evidence=evidence + _only_new(new, old))
         # something looks fixed: each tree run again, back to back, before a case counts
         olds = self._runs_of(old_tree or "", patch, backend, tests, "old")
-        flaky = _flaky(news) + _flaky(olds)
+        flaky = {**_flaky(news), **_flaky(olds)}
         if flaky:
-            return UpstreamFix(CANNOT_TELL, evidence=f"{evidence}; flaky: {', '.join(dict.fromkeys(flaky))} "
-                               f"passed in one run of {CONFIRM_RUNS} on one tree and failed in another: a flaky "
-                               "test does not show whether upstream fixed the bug")
-        evidence += f" (each tree run {CONFIRM_RUNS} times, the same cases failing)"
+            said = "; ".join(f"{c} {how}" for c, how in flaky.items())
+            return UpstreamFix(CANNOT_TELL, evidence=f"{evidence}; {said}: passed in one run on one tree and failed "
+                               "in another: a flaky test does not show whether upstream fixed the bug")
+        evidence += f" (each tree run {self.confirm} times, the same cases failing)"
         unreached = _unreached(new, old)
         still = tuple(c for c in new.failing if c in old.failing or c in unreached)
         passing = tuple(c for c in old.failing if c in new.passing)
@@ -199,8 +200,7 @@ class _Checker:
             return UpstreamFix(CANNOT_TELL, still, passing, f"{evidence}; {why}")
         return UpstreamFix(PARTLY_FIXED if still else FIXED, still, passing, evidence)
 
-    @staticmethod
-    def _compiled_now(news: list[_Run], where: str, control: str) -> UpstreamFix:
+    def _compiled_now(self, news: list[_Run], where: str, control: str) -> UpstreamFix:
         """A `build-fails` patch whose test part compiles on the new upstream: fixed when its tests pass
         there in every run (the API the patch changes is upstream's now, and its behaviour checked)."""
         new = news[0]
@@ -210,8 +210,8 @@ class _Checker:
         flaky = _flaky(news)
         if flaky or any(r.verdict != testrun.TREE_PASSES for r in news):
             return UpstreamFix(CANNOT_TELL, evidence=f"{where}: {'; '.join(r.summary for r in news)}: not the same "
-                               f"in each of {CONFIRM_RUNS} runs; {control}")
-        return UpstreamFix(FIXED, evidence=f"{where}: {new.summary} (run {CONFIRM_RUNS} times); {control}")
+                               f"in each of {self.confirm} runs; {control}")
+        return UpstreamFix(FIXED, evidence=f"{where}: {new.summary} (run {self.confirm} times); {control}")
 
     def _test_part(self, base: str, patch: Patch) -> str | None:
         """`base` plus only the patch's test paths (as verify's before tree), 3-way where needed; None when
@@ -241,9 +241,10 @@ class _Checker:
         return self._runs_of(tree, patch, backend, tests, kind, 1)[0]
 
     def _runs_of(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str,
-                 n: int = CONFIRM_RUNS) -> list[_Run]:
+                 n: int | None = None) -> list[_Run]:
         """The first `n` runs of the tests on `tree` (built once: the runs after the first only run the
         programs again, on the build of the tree checked out last)."""
+        n = self.confirm if n is None else n
         runs = self._runs.setdefault((patch.name, backend, tree), [])
         while len(runs) < n:
             if runs and not runs[0].built:
@@ -259,28 +260,20 @@ class _Checker:
                                   f"verify-{backend}-minimal", backend=backend, targets="minimal",
                                   programs=programs, build_targets=programs, jobs=self.jobs,
                                   platform_cache=self.project.platform_cache)
-        self.progress.begin(f"{patch.name} [{backend}] {kind} upstream, without the fix: building", None)
-        result = buildmod.build(spec)
-        self.progress.end()
-        if not result.ok:
-            err = result.first_error
-            # the file as a path of the tree: the report may leave the machine (the bump's pull request)
-            rel = tree_path(err.file, self.src, spec.build_dir) if err else ""
-            errors = (f"{rel}:{err.line}: {err.message}",) if err else ("the build failed (see its log)",)
-            only = err is not None and hk.in_paths(rel, patch.meta.test_part)
-            return _Run(False, errors, only)
+        logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
+        # verify's runner and rule: every compiler error read (each placed in the tree: the report may leave
+        # the machine, in the bump's pull request), and a program that does not load is a tree not built
+        run = runner.run_tree([spec], self.src, tests, backend, patch.meta.test_part,
+                              lambda i, inv: logs / f"{kind}-{i}-{inv.program}-{attempt}.log",
+                              timeout=self.timeout, progress=self.progress,
+                              label=f"{patch.name} [{backend}] {kind} upstream, without the fix")
+        if not run.built:
+            return _Run(False, run.errors, run.only_tests)
         failing: list[str] = []
         passing: list[str] = []
         summaries = []
-        verdicts = []
         stopped: list[str] = []
-        logs = self.root / "logs" / patch.name.removesuffix(".patch") / backend
-        for i, t in enumerate(tests, 1):
-            inv = _invocation(t, backend)
-            self.progress.begin(f"{patch.name} [{backend}] {kind} upstream: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, logs / f"{kind}-{i}-{inv.program}-{attempt}.log",
-                                    timeout=self.timeout)
-            self.progress.end()
+        for t, r in zip(tests, run.results, strict=True):
             cases = [f"{t.program} {c.case_id}" for c in r.cases if c.status in (testrun.FAIL, testrun.CRASH)]
             whole = f"{t.program}: the program failed"
             if not cases and r.verdict in (testrun.FAILED, testrun.CRASHED):
@@ -290,22 +283,22 @@ class _Checker:
                         if c not in passing and c not in failing]
             if r.verdict == testrun.PASSED:
                 passing.append(whole)
-            verdicts.append(r.verdict)
-            if r.signal_name or r.timed_out:
+            if r.stopped:
                 stopped.append(t.program)
             how = f"{r.signal_name or f'exit {r.returncode}'}, " if r.verdict in (testrun.FAILED, testrun.CRASHED) \
                 and not r.failed else ""
             summaries.append(f"{t} {r.verdict} ({how}{r.passed} passed, {r.failed} failed)")
         return _Run(True, failing=tuple(failing), passing=tuple(c for c in passing if c not in failing),
-                    verdict=testrun.tree_verdict(verdicts), summary="; ".join(summaries), stopped=tuple(stopped))
+                    verdict=run.verdict, summary="; ".join(summaries), stopped=tuple(stopped))
 
 
-def _flaky(runs: list[_Run]) -> list[str]:
-    """The cases that failed in one of `runs` (of one tree) and not in another."""
+def _flaky(runs: list[_Run]) -> dict[str, str]:
+    """The cases that failed in one of `runs` (of one tree) and not in another: `flaky (N of M runs)` each."""
     failing = [set(r.failing) for r in runs if r.built]
     if len(failing) < 2:
-        return []
-    return [c for r in runs for c in r.failing if any(c not in f for f in failing)]
+        return {}
+    return {c: words.flaky(sum(c in f for f in failing), len(failing))
+            for r in runs for c in r.failing if any(c not in f for f in failing)}
 
 
 def _unreached(new: _Run, old: _Run) -> list[str]:
@@ -319,11 +312,3 @@ def _unreached(new: _Run, old: _Run) -> list[str]:
 def _only_new(new: _Run, old: _Run) -> str:
     other = [c for c in new.failing if c not in old.failing]
     return f"; failing only on the new upstream: {', '.join(other)}" if other else ""
-
-
-def _invocation(t: TestSpec, backend: str) -> testrun.Invocation:
-    """How verify runs a test on a backend: test-backend-ops gets the backend's device."""
-    prof = buildmod.profile(backend)
-    args = (*t.args, "-b", prof.device) if t.program == "test-backend-ops" and "-b" not in t.args else t.args
-    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
-

@@ -6,10 +6,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import words
 from builder.compile import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
-from builder.prove.treebuild import Limits, TreeBuilder, limit_of
+from builder.prove import runner
+from builder.prove.runner import Limits, limit_of
+from builder.prove.treebuild import TreeBuilder
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, TestSpec
 
@@ -17,8 +20,10 @@ from builder.series.model import Patch, TestSpec
 class HunkRunner:
     """Reverts each unit of a fix in turn, checks that the tree compiles, builds it and runs the tests."""
 
-    def __init__(self, builder: TreeBuilder, progress: ProgressSink) -> None:
+    def __init__(self, builder: TreeBuilder, progress: ProgressSink, *, confirm: int = 1) -> None:
         self.builder = builder
+        self.confirm = confirm
+        """Runs that confirm a catch: a reverted hunk is caught by a failure seen in every one (verify's --confirm)."""
         self.work = builder.work
         self.progress = progress
         self.syntax_tree = builder.project.state_dir / "verify" / "syntax"
@@ -98,18 +103,24 @@ class HunkRunner:
             return hk.result(unit, hk.NOT_BUILT, "does not compile", errors=tuple(errors[:10]), commit=commit)
         self.progress.begin(f"{patch.name} [{backend}] hunk {job.n}/{total} {unit.label}: building", None)
         self.progress.end()
-        step = self.builder.run_tree(f"hunk-{job.n}", commit, patch, backend, tests, timeout, record_inputs=False)
+        step = self.builder.run_tree(f"hunk-{job.n}", commit, patch, backend, tests, timeout, record_inputs=False,
+                                     confirm=self.confirm)
+        found = [runner.steady_failures(r, m) for r, m in zip(self.builder.last_results, self.builder.last_confirm,
+                                                               strict=True)]
         if not step.build_ok:
             return hk.result(unit, hk.NOT_BUILT, "does not build",
                              errors=hk.relative(step.build_errors[:10], self.builder.src), commit=commit,
                              build_duration_s=step.build_duration_s)
         failing = tuple(line for t in step.tests for line in t.get("failing", ()))
-        if step.verdict == "fails":
+        if step.verdict == words.TREE_FAILS and not any(steady for steady, _ in found):
+            flips = "; ".join(f"`{c}` {how}" for _, flaky in found for c, how in flaky.items())
+            outcome, reason = hk.UNGUARDED, f"it builds and the tests fail in some runs only: {flips}"
+        elif step.verdict == words.TREE_FAILS:
             how = [f"{t['command'].split()[0]}: " + _how_it_failed(t, limit_of(timeout, t["command"]))
                    for t in step.tests if t["verdict"] != testrun.PASSED]
             outcome, reason = hk.CAUGHT, f"the tests fail ({'; '.join(how)})"
         else:
-            outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == "passes"
+            outcome, reason = hk.UNGUARDED, ("it builds and the tests pass" if step.verdict == words.TREE_PASSES
                                               else f"it builds and the tests: {step.verdict}")
         return hk.result(unit, outcome, reason, failing=failing[:20], commit=commit,
                          build_duration_s=step.build_duration_s, tests=step.tests)
@@ -128,8 +139,12 @@ class _HunkJob:
 
 
 def _how_it_failed(test: dict, timeout: float | None) -> str:
-    if test.get("signal") == "SIGKILL" and timeout is not None and test["duration_s"] >= timeout:
-        return f"did not finish in {timeout:.0f}s (killed)"
+    # a run stopped at its limit has no signal of its own (the runner killed its process group): its
+    # record says `timed_out` (older records: returncode -9, no signal, at least the limit's time)
+    stopped = test.get("timed_out") or (test.get("signal") is None and test.get("returncode") == -9
+                                        and timeout is not None and test["duration_s"] >= timeout)
+    if stopped:
+        return f"did not finish in {timeout:.0f}s (killed)" if timeout is not None else "did not finish (killed)"
     if test.get("signal"):
         return f"killed by {test['signal']}"
     return f"exit {test['returncode']}, {test['failed']} failed"

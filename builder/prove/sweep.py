@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from builder import proc
+from builder import proc, words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.testrun import CRASH, FAIL, PASS, SKIP, CaseResult, Invocation, ProgramResult
@@ -53,7 +53,7 @@ FAILING_IN_BOTH = "failing in both"
 NEWLY_SKIPPED = "newly skipped"
 ONLY_OTHER = "only in the other tree"
 ONLY_PATCHED = "only in the patched tree"
-FLAKY = "flaky"
+FLAKY = words.FLAKY
 """Changed between the trees, but re-runs of the case disagree within one tree (random inputs)."""
 REGRESSION_CATEGORIES = (NEWLY_FAILING, NEW_FAILING)
 CATEGORIES = (NEWLY_FAILING, NEW_FAILING, NEWLY_PASSING, FLAKY, FAILING_IN_BOTH, NEWLY_SKIPPED, ONLY_OTHER,

@@ -9,9 +9,9 @@ tree `patchset build` built already is built in its own folder instead. What eac
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from pathlib import Path
 
+from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.toolchain import find_tool
@@ -19,9 +19,10 @@ from builder.errors import InputError
 from builder.pipeline import programs_for
 from builder.progress import ProgressSink
 from builder.project import Project
-from builder.prove import affected, pytests
+from builder.prove import affected, pytests, runner
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
+from builder.prove.runner import Limits, limit_of
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
@@ -29,21 +30,6 @@ from builder.series.workrepo import WorkRepo
 LLAMA_SIDE = (*buildmod.LLAMA_PATHS, "ggml/include")
 """The folders of a tree that a minimal build compiles libllama and llama-common from: llama's own and
 ggml's public headers (ggml's sources give libraries that are linked, not compiled into them)."""
-
-Limits = float | Mapping[str, float] | None
-"""The time limit of each test program run on a tree: one for all, or one per command line."""
-
-
-def limit_of(limits: Limits, command: str) -> float | None:
-    return limits.get(command) if isinstance(limits, Mapping) else limits
-
-
-def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
-    args = list(t.args)
-    prof = buildmod.profile(backend)
-    if t.program == "test-backend-ops" and "-b" not in args:
-        args += ["-b", prof.device]
-    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
 
 
 class TreeBuilder:
@@ -70,6 +56,9 @@ class TreeBuilder:
         """(build folder, tree) of the last tree built."""
         self.last_results: list[testrun.ProgramResult] = []
         """What each test program of the last tree run printed, case by case (one per test, in order)."""
+        self.last_confirm: tuple[tuple[testrun.ProgramResult, ...], ...] = ()
+        """Per test of the last tree run, its confirming runs (run_tree's `confirm`; none where nothing of it
+        decided)."""
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
         self._libraries: dict[str, pytests.Library] = {}
 
@@ -85,13 +74,17 @@ class TreeBuilder:
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
 
     def run_tree(self, kind: str, commit: str, patch: Patch, backend: str, tests: list[TestSpec],
-                 timeout: Limits = None, *, record_inputs: bool = True) -> ev.Step:
+                 timeout: Limits = None, *, record_inputs: bool = True, confirm: int = 1,
+                 decide: str = runner.FAILING) -> ev.Step:
         """Build `commit` and run `tests` on it; `timeout` limits each test program (default: verify's),
         or each test command its own (a mapping by command line, as the evidence records it).
 
         `record_inputs`: ask ninja which files the programs were built from (for carrying the proof
-        over to a later tree; a tree with one hunk reverted is never carried over)."""
+        over to a later tree; a tree with one hunk reverted is never carried over). `confirm`: run what
+        decides on the tree (`decide`: runner.EVERY case, or the FAILING ones) that many times in all, back
+        to back on its build (`last_confirm`; each test's record lists them as `runs`)."""
         self.last_results = []
+        self.last_confirm = tuple(() for _ in tests)
         python = [t for t in tests if pytests.is_python(t)]
         if python:
             if len(python) != len(tests):
@@ -118,48 +111,38 @@ class TreeBuilder:
             mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
             spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-minimal", programs=mine)
         extra = self._shared_programs(commit, present) if not reuse else ()
-        self.progress.begin(f"{patch.name} [{backend}] {kind}: building", None)
-        used = spec if reuse else dataclasses.replace(spec, programs=present + extra, build_targets=present + extra)
-        result = buildmod.build(used)
-        if extra and not result.ok:
-            # a program built ahead for a later tree must not decide this tree's verdict
-            used = spec
-            result = buildmod.build(used)
-        self.progress.end()
-        command = f"cmake --build {used.build_dir} --target {' '.join(buildmod.ninja_targets(used))}"
-        tree_id = self.work.git.tree_of(commit)
+        # a program built ahead for a later tree must not decide this tree's verdict: without it on failure
+        specs = [spec] if reuse or not extra else [
+            dataclasses.replace(spec, programs=present + extra, build_targets=present + extra), spec]
+        log_dir = self._log_dir(patch, backend)
+        run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
+                              lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
+                              timeout=self.timeout if timeout is None else timeout, progress=self.progress,
+                              label=f"{patch.name} [{backend}] {kind}")
+        build_dir = run.build_dir or spec.build_dir
         # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
         # files the other trees' programs were built from, in its own version: () adds none
         if record_inputs:
-            self.inputs[commit] = affected.program_inputs(used.build_dir, src, present) if result.ok else ()
-        self.last_build = (used.build_dir, src)
-        if not result.ok:
-            # a build killed at its time limit failed, whatever it had compiled: never "in the test files only"
-            errors = [result.failure] if result.timed_out_s is not None else _compiler_errors(result.log, src,
-                                                                                              used.build_dir)
-            only_tests = bool(errors) and all(hk.in_paths(e.split(":", 1)[0], patch.meta.test_part) for e in errors)
-            return ev.Step(kind, commit, tree_id, False, command, result.duration_s, tuple(errors[:20]), only_tests,
-                           verdict="build-fails" if only_tests else "build-failed")
-        runs = []
-        log_dir = self._log_dir(patch, backend)
-        for i, t in enumerate(tests, 1):
-            inv = invocation(t, backend)
-            self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
-                                    timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
-            self.progress.end()
-            self.last_results.append(r)
-            runs.append(_run_record(inv, r))
-        not_loaded = [r for r in self.last_results if r.verdict == testrun.NOT_LOADED]
-        if not_loaded:
-            # the loader's part of the link failed (a shared build leaves missing symbols to it): the tree did not
-            # build, whatever its tests would say; never a test that fails
-            loader = tuple(f"{r.program}: did not load (exit {r.returncode}, the dynamic loader's): "
-                           f"{r.last_lines[-1].strip() if r.last_lines else 'no output'}" for r in not_loaded)
-            return ev.Step(kind, commit, tree_id, False, command, result.duration_s, loader, False,
-                           verdict="build-failed")
-        verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
-        return ev.Step(kind, commit, tree_id, True, command, result.duration_s, tests=tuple(runs), verdict=verdict)
+            self.inputs[commit] = affected.program_inputs(build_dir, src, present) if run.bin_dir else ()
+        self.last_build = (build_dir, src)
+        self.last_results = list(run.results)
+        if confirm > 1:
+            self.last_confirm = runner.confirm(
+                run, tests, backend, confirm, decide,
+                lambda i, k, inv: log_dir / f"{kind}-{i}-{inv.program}-run{k}.log",
+                timeout=self.timeout if timeout is None else timeout, progress=self.progress,
+                label=f"{patch.name} [{backend}] {kind}")
+        return self._step(kind, commit, run)
+
+    def _step(self, kind: str, commit: str, run: runner.TreeRun) -> ev.Step:
+        """The evidence's record of one tree's run."""
+        tree_id = self.work.git.tree_of(commit)
+        if not run.built:
+            return ev.Step(kind, commit, tree_id, False, run.command, run.build_duration_s, run.errors[:20],
+                           run.only_tests, verdict=run.verdict)
+        runs = tuple({**_run_record(r), **({"runs": [_confirm_record(m) for m in more]} if more else {})}
+                     for r, more in zip(run.results, self.last_confirm, strict=True))
+        return ev.Step(kind, commit, tree_id, True, run.command, run.build_duration_s, tests=runs, verdict=run.verdict)
 
     def _log_dir(self, patch: Patch, backend: str) -> Path:
         return self.project.verify_dir / "logs" / patch.name.removesuffix(".patch") / backend
@@ -191,12 +174,12 @@ class TreeBuilder:
                             self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
             self.last_results.append(r)
-            runs.append(_run_record(inv, r))
+            runs.append(_run_record(r))
         tree_id = self.work.git.tree_of(commit)
         missing = pytests.does_not_load(self.last_results)
         if missing:
             return ev.Step(kind, commit, tree_id, False, command, 0.0, tuple(missing[:20]), True, tests=tuple(runs),
-                           verdict="build-fails")
+                           verdict=words.BUILD_FAILS)
         verdict = testrun.tree_verdict(str(run["verdict"]) for run in runs)
         return ev.Step(kind, commit, tree_id, True, command, 0.0, tests=tuple(runs), verdict=verdict)
 
@@ -243,35 +226,19 @@ class TreeBuilder:
         return hk.CompileDb.read(find_tool("ninja").path, build_dir, seen if seen.is_symlink() else src)
 
 
-def _run_record(inv: testrun.Invocation, r: testrun.ProgramResult) -> dict:
+def _confirm_record(r: testrun.ProgramResult) -> dict:
+    """One confirming run of a test command (run_tree's `confirm`), as the evidence records it."""
+    return {"command": " ".join([r.program, *r.args]), "returncode": r.returncode, "signal": r.signal_name,
+            **({"crash_site": r.crash_site} if r.crash_site else {}),
+            "timed_out": r.timed_out, "verdict": r.verdict, "failing": sorted(runner.failing_ids(r)),
+            "duration_s": round(r.duration_s, 3), "log": str(r.log)}
+
+
+def _run_record(r: testrun.ProgramResult) -> dict:
     """One test command's run as the evidence records it."""
-    return {"command": inv.command, "returncode": r.returncode,
-            "timed_out": r.timed_out,
-            "signal": r.signal_name, "verdict": r.verdict, "passed": r.passed, "failed": r.failed,
-            "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
+    return {"command": " ".join([r.program, *r.args]), "returncode": r.returncode,
+            "signal": r.signal_name, "timed_out": r.timed_out, "verdict": r.verdict, "passed": r.passed,
+            "failed": r.failed, "skipped": r.skipped, "duration_s": round(r.duration_s, 3), "log": str(r.log),
             "failing": r.failing_lines()[:50], "notes": list(r.notes),
-            "trace": str(r.trace) if r.trace else None}
-
-
-def _compiler_errors(log: Path, src: Path, build_dir: Path) -> list[str]:
-    """The compiler errors of a build log, each file named as a path of the tree `src` where it is one."""
-    errors = []
-    lines = log.read_text(errors="replace").splitlines()
-    for line in lines:
-        m = buildmod._ERROR.match(line)
-        if m:
-            errors.append(f"{tree_path(m.group('file'), src, build_dir)}:{m.group('line')}: {m.group('msg').strip()}")
-    if not errors:
-        # the linker has no file:line form: name the symbol it could not find
-        errors = [line.strip() for line in lines if "undefined reference to" in line]
-    return errors
-
-
-def tree_path(file: str, src: Path, build_dir: Path) -> str:
-    """The compiler's `file` as a path of the tree `src`: absolute, or relative to the build folder
-    it ran in (ccache's base_dir gives such paths; not relative to this process's cwd), else taken
-    as a path of the tree already."""
-    try:
-        return (build_dir / file).resolve().relative_to(src.resolve()).as_posix()
-    except ValueError:
-        return file
+            "trace": str(r.trace) if r.trace else None, **({"resumed": list(r.resumed)} if r.resumed else {}),
+            **({"crash_site": r.crash_site} if r.crash_site else {})}

@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain, testrun
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
-from builder.prove import affected, cases, evidence_rules, kernel_models, pytests
+from builder.prove import affected, cases, evidence_rules, kernel_models, pytests, runner
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.hunkrun import HunkRunner
@@ -38,23 +39,20 @@ from builder.series.model import Patch, TestSpec, load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import Fetched, fetch
 from builder.upstream.pin import Pin, load_pin
-
-PROVEN = "proven"
-NOT_PROVEN = "not proven"
-REGRESSED = "regressed"
-BUILD_FAILED = "build failed"
-NEEDS = "needs"  # followed by the backend names
-CANNOT_TELL = "cannot tell"  # how the reason of a verdict the run could not decide begins
+from builder.words import BUILD_FAILED, CANNOT_TELL, NEEDS, NOT_PROVEN, PROVEN, REGRESSED
 
 OUTCOMES: tuple[tuple[str, str], ...] = (
-    (PROVEN, "the after tree passes every test; every mutation tree fails; and the before tree either fails to "
-             "compile in the test paths only (with `Patchset-Before: build-fails`) or has at least one proof case: a "
-             "case that fails there (a FAIL, or the case a program crashed in, as its output shows) and passes on the "
-             "after tree. With `Patchset-Before: crash` a before-tree program killed by a signal also proves. "
-             "With `--hunks`, no hunk is unguarded"),
+    (PROVEN, "in every one of the confirming runs (`--confirm N`, default 3): the after tree passes every test; "
+             "every mutation tree fails in at least one case (or program) that fails in each run; and the before tree "
+             "either fails to compile in the test paths only (with `Patchset-Before: build-fails`) or has at least "
+             "one proof case: a case that fails there in each run (a FAIL, or the case a program crashed in, as its "
+             "output shows) and passes on the after tree in each run. With `Patchset-Before: crash` a before-tree "
+             "program killed by a signal also proves, when it crashes at the same site (the case it crashed in, or "
+             "the last one it finished) in each run. With `--hunks`, no hunk is unguarded"),
     (NOT_PROVEN, "the test passes or checks nothing on the before tree; no case fails there and passes on the after "
                  "tree (the failing cases are skipped or absent after, or the program crashed outside any case the "
-                 "after tree passes); a mutation is not caught; or a hunk is unguarded. When a before-tree program "
+                 "after tree passes); a mutation is not caught; a hunk is unguarded; or what decides differs "
+                 "between the confirming runs (the reason says `flaky (N of M runs)`). When a before-tree program "
                  "was stopped at its time limit and no case proves, the reason starts with `cannot tell`: a time-out "
                  "is never proof; so does a proof on a Metal stand-in whose kernel models do not match the tree's "
                  "kernels (its self-test, `patchset-replay-selftest --tree`)"),
@@ -132,7 +130,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(v.outcome == PROVEN or v.outcome.startswith(NEEDS) for v in self.verdicts)
+        return all(v.outcome == PROVEN or words.is_needs(v.outcome) for v in self.verdicts)
 
     @property
     def regressed(self) -> bool:
@@ -144,12 +142,12 @@ class VerifyReport:
         on this machine (their proof runs only on a backend it lacks)."""
         proven = {v.patch for v in self.verdicts if v.outcome == PROVEN}
         return tuple(dict.fromkeys(v.patch for v in self.verdicts
-                                   if v.outcome.startswith(NEEDS) and v.patch not in proven))
+                                   if words.is_needs(v.outcome) and v.patch not in proven))
 
     def needs_of(self, patch: str) -> str:
         """What a patch not proven here needs, in words (`needs metal`)."""
         return "; ".join(dict.fromkeys(v.outcome for v in self.verdicts
-                                       if v.patch == patch and v.outcome.startswith(NEEDS)))
+                                       if v.patch == patch and words.is_needs(v.outcome)))
 
 
 class Verifier:
@@ -158,8 +156,12 @@ class Verifier:
 
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
                  jobs: int | None = None, cuda_arch: str | None = None, *,
-                 timeout: float | None = testrun.DEFAULT_TIMEOUT_S, hunks: bool = False) -> None:
+                 timeout: float | None = testrun.DEFAULT_TIMEOUT_S, hunks: bool = False,
+                 confirm: int = words.CONFIRM_RUNS) -> None:
         self.project = project
+        self.confirm = max(1, confirm)
+        """How many runs confirm what decides on each tree (`verify --confirm N`): the after tree's every case,
+        the failing cases of the mutation and before trees."""
         self.hunks = hunks
         """Also revert each hunk of the fix on its own (`verify --hunks`)."""
         self.progress = progress or NullProgress()
@@ -171,7 +173,7 @@ class Verifier:
         self.work.attach_upstream(self.fetched, self.pin)
         self.builder = TreeBuilder(project, self.work, self.series, self.progress, jobs=jobs, cuda_arch=cuda_arch,
                                    timeout=timeout)
-        self.hunk_runner = HunkRunner(self.builder, self.progress)
+        self.hunk_runner = HunkRunner(self.builder, self.progress, confirm=self.confirm)
         self.keys = ProofKeys(project, self.work, self.builder.inputs,
                               library=lambda backend: self.builder.library(backend).tree,
                               here=available_backends, timeout=timeout)
@@ -237,18 +239,18 @@ class Verifier:
         case_rows: list[dict] = []
         if backend not in meta.backends:
             missing = [b for b in meta.backends if b not in here] or list(meta.backends)
-            outcome = f"{NEEDS} {' '.join(missing)}" if meta.backends else NOT_PROVEN
+            outcome = words.needs(missing) if meta.backends else NOT_PROVEN
             reason = (f"the failing-before half can only run on {', '.join(meta.backends)}"
                       if meta.backends else "the patch declares no backend for its proof")
             if tests:
                 after = self.builder.run_tree("after", trees.after, patch, backend, tests)
                 steps.append(after)
-                if after.verdict != "passes":
+                if after.verdict != words.TREE_PASSES:
                     outcome, reason = REGRESSED, f"its tests do not pass on {backend} with the fix ({after.verdict})"
                 else:
                     reason += f"; with the fix its {backend} tests pass"
         elif backend not in here:
-            outcome, reason = f"{NEEDS} {backend}", f"no {backend} backend on this machine"
+            outcome, reason = words.needs([backend]), f"no {backend} backend on this machine"
         elif not tests:
             outcome, reason = NOT_PROVEN, f"the patch declares no test for {backend}"
         else:
@@ -299,16 +301,21 @@ class Verifier:
         meta = patch.meta
         # after first: the trees are visited from the head of the series down, and each patch's
         # after tree is the one closest to the tree built last
-        after = self.builder.run_tree("after", trees.after, patch, backend, tests)
-        after_runs = list(self.builder.last_results)
+        after = self.builder.run_tree("after", trees.after, patch, backend, tests, confirm=self.confirm,
+                                      decide=runner.EVERY)
+        after_runs, after_more = list(self.builder.last_results), self.builder.last_confirm
         steps.append(after)
         python = any(pytests.is_python(t) for t in tests)
         if not after.build_ok:
             if python:
                 return BUILD_FAILED, f"with the fix the test does not load ({_first(after.build_errors)})"
             return BUILD_FAILED, "the after tree (with the fix) fails to build"
-        if after.verdict != "passes":
+        if after.verdict != words.TREE_PASSES:
             return REGRESSED, f"the test does not pass with the fix ({after.verdict})"
+        unsteady = _flaky(after_runs, after_more)
+        if unsteady:
+            return NOT_PROVEN, (f"{words.FLAKY}: with the fix the test does not pass in every one of {self.confirm} "
+                                f"runs ({unsteady})")
         if self.hunks and not python:
             # (a Python patch's hunks are not reverted one by one: --hunks reads a C/C++ compile database)
             # the reverted trees are each one hunk away from the after tree just built
@@ -316,18 +323,26 @@ class Verifier:
             # gets a generous multiple of its own time on the after tree, and a hang counts as caught
             hunk_results += self.hunk_runner.run(patch, trees, backend, tests, hunk_test_limits(after.tests))
         for name, commit in zip(meta.mutation, trees.mutations, strict=True):
-            mut = dataclasses.replace(self.builder.run_tree("mutation", commit, patch, backend, tests), label=name)
+            mut = dataclasses.replace(self.builder.run_tree("mutation", commit, patch, backend, tests,
+                                                            confirm=self.confirm), label=name)
             steps.append(mut)
             if not mut.build_ok:
                 return BUILD_FAILED, f"the mutation tree ({name}) fails to build"
-            if mut.verdict != "fails":
+            if mut.verdict != words.TREE_FAILS:
                 return NOT_PROVEN, f"the mutation {name} is not caught: the test {mut.verdict} with it"
-        before = self.builder.run_tree("before", trees.before, patch, backend, tests)
-        before_runs = list(self.builder.last_results)
+            # caught only by a failure seen in every run: a case that fails in one run of three catches nothing
+            found = [runner.steady_failures(r, m) for r, m in zip(self.builder.last_results,
+                                                                   self.builder.last_confirm, strict=True)]
+            if not any(steady for steady, _ in found):
+                flips = "; ".join(f"`{c}` {how}" for _, flaky in found for c, how in flaky.items())
+                return NOT_PROVEN, (f"the mutation {name} is not caught: no failure with it is seen in every one "
+                                    f"of {self.confirm} runs ({flips or 'none repeats'})")
+        before = self.builder.run_tree("before", trees.before, patch, backend, tests, confirm=self.confirm)
+        before_runs, before_more = list(self.builder.last_results), self.builder.last_confirm
         steps.insert(0, before)
-        if before.verdict == "build-failed":
+        if before.verdict == words.BUILD_FAILED_STEP:
             return BUILD_FAILED, "the before tree fails to build outside the patch's test files"
-        if before.verdict == "build-fails" and meta.before != "build-fails":
+        if before.verdict == words.BUILD_FAILS and meta.before != "build-fails":
             if python:
                 return BUILD_FAILED, (f"without the fix the test does not load ({_first(before.build_errors)}): a "
                                       "name the tree lacks is not a test of behaviour; make the test fail on what "
@@ -335,17 +350,18 @@ class Verifier:
                                       "`Patchset-Before: build-fails`")
             return BUILD_FAILED, ("the before tree fails to compile in the test files; if the test uses API the "
                                   "patch adds, say `Patchset-Before: build-fails`")
-        if before.verdict == "passes":
+        if before.verdict == words.TREE_PASSES:
             return NOT_PROVEN, "the test passes without the fix: it does not guard it"
-        if before.verdict == "nothing checked":
+        if before.verdict == words.TREE_NOTHING:
             return NOT_PROVEN, f"the test checked nothing on {backend} without the fix"
-        if before.verdict == "build-fails":
+        if before.verdict == words.BUILD_FAILS:
             how = (f"the test does not load, as the patch declares ({_first(before.build_errors)})" if python
                    else "the test fails to compile in its test files only")
         else:
-            rows, parent_note = self._case_table(patch, trees, backend, tests, before_runs, after_runs, steps)
+            rows, parent_note = self._case_table(patch, trees, backend, tests, (before_runs, before_more),
+                                                 (after_runs, after_more), steps)
             case_rows += [r.as_dict() for r in cases.recorded(rows)]
-            how, why_not = _case_verdict(meta.before, rows, before_runs)
+            how, why_not = _case_verdict(meta.before, rows, before_runs, before_more)
             if why_not:
                 return NOT_PROVEN, why_not
             how += _guard_note(rows) + parent_note
@@ -361,8 +377,7 @@ class Verifier:
         hunk_note = f"; {hk.summarize([dataclasses.asdict(h) for h in hunk_results])}" if hunk_results else ""
         return PROVEN, f"without the fix {how}; with it the test passes{mut_note}{hunk_note}"
 
-    def _case_table(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
-                    before_runs: list[testrun.ProgramResult], after_runs: list[testrun.ProgramResult],
+    def _case_table(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec], before: Runs, after: Runs,
                     steps: list[ev.Step]) -> tuple[list[cases.Case], str]:
         """Every case of the patch's test commands on the before and after trees, with its scope
         (from a run of the parent tree where the patch changes a program's source) and role; and a
@@ -386,11 +401,22 @@ class Verifier:
             else:
                 note = "; which cases the patch adds is not known (the parent tree's test programs do not build)"
         rows: list[cases.Case] = []
-        for t, b, a in zip(tests, before_runs, after_runs, strict=True):
+        for t, b, b_more, a, a_more in zip(tests, *before, *after, strict=True):
             command = " ".join([b.program, *b.args])
-            rows += cases.table(command, b, a, parent.get(str(t)), patch.meta.guards, new_program=str(t) in new)
+            rows += cases.table(command, b, a, parent.get(str(t)), patch.meta.guards, new_program=str(t) in new,
+                                before_more=b_more, after_more=a_more)
         return rows, note
 
+
+
+Runs = tuple[list[testrun.ProgramResult], tuple[tuple[testrun.ProgramResult, ...], ...]]
+"""The tests' first runs on a tree, and each test's confirming runs (TreeBuilder.last_confirm)."""
+
+
+def _flaky(first: list[testrun.ProgramResult], more: tuple[tuple[testrun.ProgramResult, ...], ...]) -> str:
+    """What failed in some runs of a tree and not in others, in words ('' when nothing did)."""
+    return "; ".join(f"`{c}` {how}" for r, m in zip(first, more, strict=True)
+                     for c, how in runner.steady_failures(r, m)[1].items())
 
 
 def _first(lines: tuple[str, ...]) -> str:
@@ -402,15 +428,26 @@ def _names(rows: list[cases.Case], limit: int = 3) -> str:
     return shown + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 
 
-def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testrun.ProgramResult]) -> tuple[str, str]:
+def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testrun.ProgramResult],
+                  before_more: tuple[tuple[testrun.ProgramResult, ...], ...] = ()) -> tuple[str, str]:
     """(how the test fails without the fix, '') when the cases prove the patch, else ('', why not).
 
-    Proof is a case that fails before and passes after. A program stopped at its time limit proves
+    Proof is a case that fails before and passes after, in every run (`before_more`: the before tree's
+    confirming runs; a case that flips is flaky, never proof). A program stopped at its time limit proves
     nothing (cannot tell); a crash proves inside the case the program was in when it crashed (as its
     output shows) when the after tree passes that case, or anywhere with `Patchset-Before: crash`."""
     proof = [r for r in rows if r.role == cases.PROOF]
-    crashed = [r for r in before_runs if r.signal_name]
+    flaky = [r for r in rows if r.role == cases.FLAKY]
+    more = before_more or tuple(() for _ in before_runs)
+    # a declared crash counts only at its site (the case it crashed in, or the last one it finished), the same in
+    # every run: a crash elsewhere in another run is not the one declared
+    signalled = [(r, m) for r, m in zip(before_runs, more, strict=True) if r.signal_name]
+    crashed = [r for r, m in signalled if all(x.signal_name and x.crash_site == r.crash_site for x in m)]
+    unsteady = [f"{r.program} ({r.signal_name} {r.crash_site}; then " + ", ".join(
+        f"{x.signal_name} {x.crash_site}" if x.signal_name else x.verdict for x in m) + ")"
+                for r, m in signalled if r not in crashed]
     timed_out = [r for r in before_runs if r.timed_out]
+    flaky_note = f"; flaky, not part of the proof: {_flaky_names(flaky)}" if flaky else ""
     if proof:
         crash_cases = [r for r in proof if r.before == cases.CRASH]
         how = f"the test fails in {len(proof)} case(s) that pass with it ({_names(proof)})"
@@ -418,9 +455,18 @@ def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testr
             how += f"; the program crashed in {_names(crash_cases)}"
         if timed_out:
             how += f"; {', '.join(r.program for r in timed_out)} stopped at its time limit (not part of the proof)"
-        return how, ""
+        return how + flaky_note, ""
     if declared == "crash" and crashed:
-        return f"{', '.join(f'{r.program} crashes ({r.signal_name})' for r in crashed)}, as the patch declares", ""
+        n = 1 + max(len(m) for _, m in signalled)
+        runs = f" in each of {n} runs" if n > 1 else ""
+        return (f"{', '.join(f'{r.program} crashes ({r.signal_name}) {r.crash_site}' for r in crashed)}{runs}, "
+                "as the patch declares"), ""
+    if declared == "crash" and unsteady:
+        return "", (f"{words.FLAKY}: without the fix the test does not crash at one site in every run: "
+                    f"{'; '.join(unsteady)}")
+    if flaky:
+        return "", (f"no case fails in every run without the fix and passes in every run with it: "
+                    f"{_flaky_names(flaky)}")
     if timed_out:
         r = timed_out[0]
         where = next((f" in `{c.case}`" for c in rows if c.before == cases.TIMEOUT and c.command.startswith(r.program)),
@@ -440,6 +486,11 @@ def _case_verdict(declared: str, rows: list[cases.Case], before_runs: list[testr
         return "", (f"no case fails without the fix and passes with it: those failing without it "
                     f"({_names(failing)}) do not pass with it")
     return "", "no case fails without the fix and passes with it (the before tree fails with no failing case)"
+
+
+def _flaky_names(rows: list[cases.Case], limit: int = 3) -> str:
+    shown = ", ".join(f"`{r.case}` {r.runs.split(':', 1)[0]}" for r in rows[:limit])
+    return shown + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 
 
 def _guard_note(rows: list[cases.Case]) -> str:
@@ -467,11 +518,11 @@ def hunk_test_limits(after_tests: tuple[dict, ...]) -> dict[str, float]:
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
            progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
            cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
-           hunks: bool = False) -> VerifyReport:
+           hunks: bool = False, confirm: int = words.CONFIRM_RUNS) -> VerifyReport:
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
-        return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks), names,
-                       backends)
+        return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks,
+                                confirm=confirm), names, backends)
 
 
 def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) -> VerifyReport:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import proc
+from builder import proc, words
 from builder.errors import ProcessError, SeriesError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo, init_repo
@@ -60,10 +60,7 @@ REUSED = "resolution reused"
 SKIPPED = "skipped"
 
 
-FIXED = "fixed upstream"
-PARTLY_FIXED = "partly fixed upstream"
-NOT_FIXED = "not fixed upstream"
-CANNOT_TELL = "cannot tell"
+FIXED, PARTLY_FIXED, NOT_FIXED, CANNOT_TELL = words.FIXED, words.PARTLY_FIXED, words.NOT_FIXED, words.CANNOT_TELL
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,17 @@ def test_the_time_limit_and_the_environment_are_in_the_key(tmp_path: Path, monke
     assert not verify(project, backends=["cpu"], timeout=61).verdicts[0].reused
 
 
+
+def test_the_number_of_confirming_runs_is_in_the_key(tmp_path: Path) -> None:
+    """A verdict of one run (`--confirm 1`) is not reused where three runs must confirm it (issue 47 point 2)."""
+    project = _project(tmp_path, "cpu")
+    assert not verify(project, backends=["cpu"], confirm=1).verdicts[0].reused
+    assert verify(project, backends=["cpu"], confirm=1).verdicts[0].reused
+    third = verify(project, backends=["cpu"], confirm=3).verdicts[0]
+    assert not third.reused and third.outcome == PROVEN, third.reason
+    recorded = evidence.load(project.evidence_dir, third.patch, "cpu")
+    assert recorded is not None and recorded.conditions["confirm"] == 3
+
 def _conditions(backend: str, test: TestSpec) -> dict:
     meta = PatchMeta(backends=(backend,), tests=(test,))
     patch = Patch(1, "0001-x.patch", Path("0001-x.patch"), "x", "", "", "", (), meta)

@@ -28,7 +28,7 @@ class ProofKeys:
 
     def __init__(self, project: Project, work: WorkRepo, inputs: dict[str, tuple[str, ...] | None], *,
                  library: Callable[[str], str] | None = None, here: Callable[[], list[str]] | None = None,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, confirm: int = 1) -> None:
         self.project = project
         self.work = work
         self.inputs = inputs
@@ -39,6 +39,8 @@ class ProofKeys:
         """The backends this machine has now (verify.available_backends)."""
         self.timeout = timeout
         """The time limit of each test program in this run (`--timeout`)."""
+        self.confirm = confirm
+        """How many runs confirm each deciding case (`--confirm`): a verdict of one run is not one of three."""
         self._blobs: dict[str, dict[str, str]] = {}
         self._host: dict | None = None
         self._tools: dict[str, dict[str, str]] = {}
@@ -70,13 +72,14 @@ class ProofKeys:
     def conditions(self, patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
         """What a verdict depends on besides the trees, the sources and the compiler: which backends it
         needs that this machine lacks (a `needs X` verdict is of a machine without X), the time limit,
-        the environment the tests read (LLAMA_* and GGML_*, values hashed), the interpreter and its
+        the number of confirming runs, the environment the tests read (LLAMA_* and GGML_*, values hashed), the interpreter and its
         packages for Python tests, and the Objective-C compiler and toolchain for metal-linux.
         Recorded in the evidence as `conditions`."""
         here = self.here() if self.here is not None else [backend]
         declared = patch.meta.backends
         needed = [backend] if backend in declared or not declared else list(declared)
-        out: dict[str, object] = {"missing": [b for b in needed if b not in here], "timeout": self.timeout}
+        out: dict[str, object] = {"missing": [b for b in needed if b not in here], "timeout": self.timeout,
+                                   "confirm": self.confirm}
         if env := read_environment():
             out["env"] = env
         if any(pytests.is_python(t) for t in tests):

@@ -176,7 +176,7 @@ class Verifier:
         self.hunk_runner = HunkRunner(self.builder, self.progress, confirm=self.confirm)
         self.keys = ProofKeys(project, self.work, self.builder.inputs,
                               library=lambda backend: self.builder.library(backend).tree,
-                              here=available_backends, timeout=timeout)
+                              here=available_backends, timeout=timeout, confirm=self.confirm)
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
 

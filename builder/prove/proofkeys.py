@@ -72,8 +72,9 @@ class ProofKeys:
     def conditions(self, patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
         """What a verdict depends on besides the trees, the sources and the compiler: which backends it
         needs that this machine lacks (a `needs X` verdict is of a machine without X), the time limit,
-        the number of confirming runs, the environment the tests read (LLAMA_* and GGML_*, values hashed), the interpreter and its
-        packages for Python tests, and the Objective-C compiler and toolchain for metal-linux.
+        the number of confirming runs, the environment the tests read (LLAMA_* and GGML_*, values
+        hashed), the interpreter and its packages for Python tests, and the Objective-C compiler and
+        toolchain for metal-linux.
         Recorded in the evidence as `conditions`."""
         here = self.here() if self.here is not None else [backend]
         declared = patch.meta.backends

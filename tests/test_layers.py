@@ -10,6 +10,7 @@ layer's modules reach the ones above them; the library below the CLI never print
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import builder
@@ -98,3 +99,16 @@ def test_an_import_up_the_layers_is_named(tmp_path: Path) -> None:
         (fake / f).write_text("")
     (fake / "series" / "bump.py").write_text("def f():\n    from builder.prove import verify\n")
     assert upward_imports(fake) == ["builder.series.bump -> builder.prove.verify (series -> prove)"]
+
+
+def test_the_architecture_page_names_modules_and_floors_that_exist() -> None:
+    """docs/design.md's architecture (issue 45): every module it names is one of the package, and its
+    drawing of the floors is LAYERS, top to bottom."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    arch = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"\b((?:[a-z_]+/)*[a-z_]+\.py)\b", arch))
+    missing = sorted(n for n in named if not (PACKAGE / n.removeprefix("builder/")).exists()
+                     and not (PACKAGE.parent / n).exists())
+    assert named and missing == []
+    drawn = re.findall(r"^ ([a-z]+)/? ", arch.split("```text", 1)[1].split("```", 1)[0], flags=re.M)
+    assert tuple(reversed(drawn)) == LAYERS

@@ -556,3 +556,18 @@ def test_no_patchset_trailer_leaves_and_the_sender_is_the_author(tmp_path: Path,
     assert re.search(r"^- Apple hardware \(the before and after a Metal pull request shows\): none; the fork's macOS "
                      r"workflow \(`.github/workflows/metal.yml`", pr, re.M), pr
     assert "Apple hardware" not in (result.packages[0].directory / "PR.md").read_text()
+
+
+def test_a_patch_that_applies_only_after_a_fork_only_one_is_refused(tmp_path: Path, cache_dir: Path) -> None:
+    up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
+    series = [
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 3;")},
+         "a : three\n\nPatchset-Upstream: fork-only the fork's own constant\n"),
+        # its context ("int y = 3") exists only after the fork-only patch, which no branch may carry
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 4;")},
+         "a : four\n\nPatchset-Upstream: not-sent\n"),
+    ]
+    p = make_project(tmp_path, up, cache_dir, patches=series)
+    with pytest.raises(InputError, match="does not apply on the pin even with every earlier patch that is not "
+                                         "fork-only"):
+        run_export(p, patches=(p.series()[1],))

@@ -130,6 +130,20 @@ def test_a_passing_bump_moves_pin_patches_and_work_repo(mini: Proj, capsys: pyte
     assert main(["--project", str(mini.root), "refresh", "--check"]) == 0
 
 
+def test_a_fork_only_patch_is_carried_and_proven_like_any_other(tmp_path: Path, up: Upstream, cache_dir: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    fork_only = "calc : mul multiplies" + trailers("test-mul").replace(
+        "Patchset-Status: pending", "Patchset-Upstream: fork-only upstream wants mul gone")
+    mini = make_mini(tmp_path, up, cache_dir, patches=[SERIES[0], (SERIES[1][0], fork_only)])
+    new = mini.upstream.advance({"ggml/src/calc.c": "/* calc */\n" + CALC_C}, "calc: note\n")
+
+    assert bump(mini, new) == 0, capsys.readouterr()
+    assert mini.series() == NAMES
+    assert "Patchset-Upstream: fork-only upstream wants mul gone" in (mini.patches / NAMES[1]).read_text()
+    [report] = reports(mini)
+    assert f"| {NAMES[1]} | cpu | proven |" in report.read_text()
+
+
 def failing_bump(mini: Proj, capsys: pytest.CaptureFixture[str], code: int,
                  files: dict[str, str | bytes | None], message: str) -> tuple[str, str, str]:
     """Bump onto a new upstream commit of `files`, which must fail with exit `code` and leave pin,

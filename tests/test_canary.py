@@ -58,8 +58,9 @@ def _history(proj: Proj) -> list[str]:
 @pytest.fixture
 def ranged(tmp_path: Path, cache_dir: Path) -> tuple[Proj, list[str]]:
     up = make_upstream(tmp_path)
+    # patch 4 is fork-only: canary maps it like any other
     patches = [*STANDARD_PATCHES, ({"tests/test-x.c": PATCH4_TEST_X_C}, "tests: say why NULL is 0\n\n"
-                                   "Patchset-Status: pending\n")]
+                                   "Patchset-Upstream: fork-only the fork's own wording\n")]
     proj = make_project(tmp_path, up, cache_dir, patches=patches)
     return proj, _history(proj)
 

@@ -15,6 +15,7 @@ from builder.deliver.clean import check_tree
 from builder.deliver.export import ExportOptions, export, strip_trailers
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError, PatchsetError
+from builder.series.model import lint
 
 AUTHOR = "Jane Doe <jane@example.org>"
 
@@ -233,17 +234,23 @@ def test_a_patch_that_needs_an_earlier_one_names_it_and_applies_with_it(tmp_path
     assert r.returncode == 0, r.stderr
 
 
-def test_a_declared_dependency_rides_on_the_branch_and_is_named(tmp_path: Path, cache_dir: Path) -> None:
+def two_apart(tmp_path: Path, cache_dir: Path, second_trailers: str) -> tuple[Upstream, Proj]:
+    """`a : three` and `b : count up`, which touch other files (each applies alone on the pin); the second
+    with `second_trailers`."""
     up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
-    first = "0001-a-three.patch"
     series = [
         ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 3;")},
          "a : three\n\nPatchset-Upstream: not-sent\n"),
-        # applies alone (another file), but needs the first (say, its API): the series declares it
         ({"src/b.c": (up.src / "src/b.c").read_text().replace("n++", "n += 1")},
-         f"b : count up\n\nPatchset-Upstream: not-sent\nPatchset-Depends: {first}\n"),
+         f"b : count up\n\nPatchset-Upstream: not-sent\n{second_trailers}"),
     ]
-    p = make_project(tmp_path, up, cache_dir, patches=series)
+    return up, make_project(tmp_path, up, cache_dir, patches=series)
+
+
+def test_a_declared_dependency_rides_on_the_branch_and_is_named(tmp_path: Path, cache_dir: Path) -> None:
+    first = "0001-a-three.patch"
+    # applies alone (another file), but needs the first (say, its API): the series declares it
+    up, p = two_apart(tmp_path, cache_dir, f"Patchset-Depends: {first}\n")
     assert p.series()[0] == first
 
     result = run_export(p, cover=True)
@@ -474,3 +481,93 @@ def test_an_ack_trailer_is_linted_and_a_rule_error_fails_check(tmp_path: Path, c
     (p.patches / p.series()[0]).write_text(leaky)
     assert main(["--project", str(p.root), "export", "--author", AUTHOR]) == 2
     assert "mentions 'Patchset-' outside the trailer block" in capsys.readouterr().err
+
+
+# -- fork-only patches, test dependencies, what leaves ---------------------------------------------
+def test_a_fork_only_patch_is_never_packaged_and_says_so_in_one_line(tproj: Proj, capsys: pytest.CaptureFixture[str]
+                                                                      ) -> None:
+    third = tproj.patches / tproj.series()[2]
+    third.write_text(third.read_text().replace("Patchset-Status: fork-only\n",
+                                               "Patchset-Upstream: fork-only upstream wants an assert\n"))
+    out_dir = tproj.root / "outbox"
+    argv = ["--project", str(tproj.root), "export", "--author", AUTHOR, "--out", str(out_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert [ln for ln in out.splitlines() if "fork-only" in ln] == \
+        [f"{tproj.series()[2]}: fork-only, not exported (upstream wants an assert)"]
+    assert sorted(d.name for d in out_dir.iterdir()) == [n.removesuffix(".patch") for n in tproj.series()[:2]]
+    assert git(tproj.work, "branch", "--list", "pr/tests-cover-NULL-in-b_len") == ""
+    # asked for by name: the same line, the same exit, nothing written
+    assert main([*argv, "3"]) == 0
+    assert f"{tproj.series()[2]}: fork-only, not exported" in capsys.readouterr().out
+    assert len(list(out_dir.iterdir())) == 2
+
+
+def test_a_test_dependency_is_named_and_left_off_the_branch(tmp_path: Path, cache_dir: Path) -> None:
+    # applies and builds alone; only its test needs the first
+    up, p = two_apart(tmp_path, cache_dir, "Patchset-Test-Depends: 0001-a-three.patch\n")
+
+    second = run_export(p).packages[1]
+
+    assert second.deps == ()
+    pr = (second.directory / "PR.md").read_text()
+    assert "- Depends on: nothing; applies alone on the base" in pr
+    assert re.search(r"^- Test depends on: the test of this change needs the earlier change\(s\) below, which this "
+                     r"branch does not carry", pr, re.M), pr
+    assert re.search(r"^  - `a : three` \(#\[FILL IN: the PR number of a-three\]\)$", pr, re.M), pr
+    log = git(p.work, "log", "--format=%s", f"{up.commit}..refs/heads/pr/{second.slug}").splitlines()
+    assert log == ["b : count up"]
+    assert not (second.directory / "deps").exists()
+
+
+def test_no_patchset_trailer_leaves_and_the_sender_is_the_author(tmp_path: Path, cache_dir: Path) -> None:
+    up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
+    first = "0001-a-three.patch"
+    ours = ("Patchset-Upstream: not-sent\nPatchset-Origin: https://example.org/fork/pull/1 (the fork's\n"
+            "  own pull request)\nPatchset-Backends: cpu metal\nPatchset-Test: test-x\n"
+            "Patchset-Test-Paths: tests/test-x.c\nPatchset-Before: test-fails\n"
+            "Patchset-Effect: test-x fails without it\nPatchset-Ack: clang-format kept as it was\n"
+            f"Patchset-Depends: {first}\nPatchset-Not-In-CI: test-x: not registered\n"
+            "Patchset-Guard: test-x keep(*): passes before too\n")
+    series = [
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 3;")},
+         "a : three\n\nThe body.\n\nSigned-off-by: Someone Else <else@example.org>\nPatchset-Upstream: not-sent\n"
+         "Patchset-Origin: 0123abcd\n"),
+        ({"src/b.c": (up.src / "src/b.c").read_text().replace("n++", "n += 1")},
+         f"b : count up\n\nWhy it counts up.\n\nSigned-off-by: Someone Else <else@example.org>\n{ours}"),
+    ]
+    p = make_project(tmp_path, up, cache_dir, patches=series)
+    assert lint(p.patches)[1] == []
+
+    result = run_export(p, cover=True)
+
+    written = [f for f in sorted(result.out.rglob("*")) if f.is_file()]
+    assert any(f.name == "0001-a-three.patch" and f.parent.name == "deps" for f in written), written
+    for f in written:
+        assert "Patchset-" not in f.read_text(), f"{f} carries our trailer"
+    for pkg in result.packages:
+        for mail in [*pkg.directory.glob("[0-9]*.patch"), *pkg.directory.glob("deps/*.patch")]:
+            text = mail.read_text()
+            assert re.search(r"^From: Jane Doe <jane@example.org>$", text, re.M), mail
+            # other people's trailers are theirs to keep
+            assert "Signed-off-by: Someone Else <else@example.org>" in text
+    # a Metal patch's package says whether the Apple-hardware before and after exists, and what makes it
+    pr = (result.packages[1].directory / "PR.md").read_text()
+    assert re.search(r"^- Apple hardware \(the before and after a Metal pull request shows\): none; the fork's macOS "
+                     r"workflow \(`.github/workflows/metal.yml`", pr, re.M), pr
+    assert "Apple hardware" not in (result.packages[0].directory / "PR.md").read_text()
+
+
+def test_a_patch_that_applies_only_after_a_fork_only_one_is_refused(tmp_path: Path, cache_dir: Path) -> None:
+    up = with_files(make_upstream(tmp_path), dict(TEMPLATE_FILES))
+    series = [
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 3;")},
+         "a : three\n\nPatchset-Upstream: fork-only the fork's own constant\n"),
+        # its context ("int y = 3") exists only after the fork-only patch, which no branch may carry
+        ({"src/a.c": (up.src / "src/a.c").read_text().replace("    int y = 2;", "    int y = 4;")},
+         "a : four\n\nPatchset-Upstream: not-sent\n"),
+    ]
+    p = make_project(tmp_path, up, cache_dir, patches=series)
+    with pytest.raises(InputError, match="does not apply on the pin even with every earlier patch that is not "
+                                         "fork-only"):
+        run_export(p, patches=(p.series()[1],))

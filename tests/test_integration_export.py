@@ -31,7 +31,9 @@ def test_real_series_exports_and_every_mail_applies_on_the_pin(real_pin_cache: P
     result = export(project, ExportOptions(author="Jane Doe <jane@example.org>", cover=True))
 
     took = time.monotonic() - started
-    assert [p.patch for p in result.packages] == [p.name for p in series.patches]
+    # the fork-only patch is never packaged, and said so
+    assert [p.patch for p in result.packages] == [p.name for p in series.patches if not p.meta.fork_only]
+    assert [line.split(":")[0] for line in result.left_out] == [p.name for p in series.patches if p.meta.fork_only]
     pin = upstream.lookup(real_pin_cache, load_pin(project.pin_file))
     assert pin is not None
     clean = tmp_path / "clean"

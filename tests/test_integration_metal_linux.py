@@ -66,11 +66,12 @@ def test_verify_proves_patch_1_on_the_trees_objective_c(real_project: Project, t
     assert shutil.which("clang")
     # the CLI's cache is the project's: the build finds the toolchain there
     monkeypatch.setenv("PATCHSET_CACHE", str(real_project.cache_dir))
-    (patch,) = [p for p in load_series(real_project.patches_dir).patches if p.name.startswith("0001-metal-fail")]
+    (patch,) = [p for p in load_series(real_project.patches_dir).patches if p.name.startswith("0001-metal-assert")]
     assert "metal-linux" in patch.meta.backends
     report = verify(real_project, [patch.name], ["metal-linux"], jobs=2)
     (v,) = report.verdicts
     assert v.outcome == PROVEN, v.reason
-    assert "crashes" in v.reason and "the mutation" in v.reason and "is caught" in v.reason
+    assert "`ADD(buffer=none)`, `ADD(buffer=cpu)`" in v.reason
+    assert "the mutation" in v.reason and "is caught" in v.reason
     data = json.loads(v.evidence_json.read_text())
     assert "not on Apple hardware" in json.dumps(data)

@@ -298,3 +298,57 @@ def test_strict_accepts_a_series_with_upstream_and_origin(proj: Proj) -> None:
         path.write_text(text[:start] + "Patchset-Origin: 0123abcd\nPatchset-Upstream: not-sent"
                         + text[text.index("\n", start):])
     assert lint(proj.patches, strict=True)[1] == []
+
+
+def test_fork_only_needs_a_reason_and_status_shows_it(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
+    path = proj.patches / STANDARD_NAMES[2]
+    _edit(path, "Patchset-Status: fork-only\n", "Patchset-Upstream: fork-only\n")
+    f = _only(lint(proj.patches)[1])
+    assert f.line == _line(path, "Patchset-Upstream: fork-only") and "'fork-only' needs a reason" in f.message
+    _edit(path, "Patchset-Upstream: fork-only\n", "Patchset-Upstream: fork-only upstream asserts instead\n")
+    series, findings = lint(proj.patches)
+    assert findings == []
+    meta = series.patches[2].meta
+    assert (meta.upstream, meta.upstream_ref, meta.fork_only) == ("fork-only", "upstream asserts instead", True)
+    assert not series.patches[0].meta.fork_only
+
+    assert main(["--project", str(proj.root), "status", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["patches"]
+    assert (rows[2]["upstream"], rows[2]["upstream_ref"]) == ("fork-only", "upstream asserts instead")
+    assert main(["--project", str(proj.root), "status"]) == 0
+    assert "fork-only upstream asserts instead" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_test_depends_is_read_apart_from_depends_and_linted(proj: Proj) -> None:
+    third = proj.patches / STANDARD_NAMES[2]
+    _edit(third, "Patchset-Status: fork-only\n",
+          f"Patchset-Status: pending\nPatchset-Test-Depends: {STANDARD_NAMES[0]}\n")
+    series, findings = lint(proj.patches)
+    assert findings == []
+    assert (series.patches[2].meta.depends, series.patches[2].meta.test_depends) == ((), (STANDARD_NAMES[0],))
+
+    # a later patch, or one that is not in the series: located like Patchset-Depends
+    first = proj.patches / STANDARD_NAMES[0]
+    _edit(first, "Patchset-Status: pending\n",
+          f"Patchset-Status: pending\nPatchset-Test-Depends: {STANDARD_NAMES[1]}\n")
+    f = _only(lint(proj.patches)[1])
+    assert (f.file, f.line) == (first, _line(first, "Patchset-Test-Depends:"))
+    assert "is not earlier in the series" in f.message and f.message.startswith("Patchset-Test-Depends:")
+    _edit(first, f"Patchset-Test-Depends: {STANDARD_NAMES[1]}\n", "")
+
+    # named as both a code and a test dependency
+    _edit(third, "Patchset-Status: pending\n", f"Patchset-Status: pending\nPatchset-Depends: {STANDARD_NAMES[0]}\n")
+    f = _only(lint(proj.patches)[1])
+    assert "also in Patchset-Depends" in f.message
+
+
+def test_a_patch_to_send_may_not_need_a_fork_only_one(proj: Proj) -> None:
+    first, third = proj.patches / STANDARD_NAMES[0], proj.patches / STANDARD_NAMES[2]
+    _edit(first, "Patchset-Status: pending\n", "Patchset-Upstream: fork-only the fork's own logging\n")
+    _edit(third, "Patchset-Status: fork-only\n",
+          f"Patchset-Upstream: not-sent\nPatchset-Depends: {STANDARD_NAMES[0]}\n")
+    f = _only(lint(proj.patches)[1])
+    assert f.file == third and "is fork-only (never sent upstream)" in f.message
+    # a fork-only patch may need another
+    _edit(third, "Patchset-Upstream: not-sent\n", "Patchset-Upstream: fork-only rides on patch 1\n")
+    assert lint(proj.patches)[1] == []

@@ -95,6 +95,18 @@ def test_mark_sets_the_upstream_trailer(applied: Proj) -> None:
     assert rc == 2 and "URL" in out
 
 
+def test_mark_fork_only_needs_a_reason_and_status_shows_it(applied: Proj) -> None:
+    rc, out = ps(applied, "mark", "2", "fork-only", "upstream", "asserts", "instead")
+    assert rc == 0, out
+    assert "Patchset-Upstream: fork-only upstream asserts instead" in (applied.patches / STANDARD_NAMES[1]).read_text()
+    assert load_series(applied.patches).patches[1].meta.fork_only
+    in_step(applied)
+    rc, out = ps(applied, "status")
+    assert rc == 0 and "fork-only upstream asserts instead" in out.replace("\n", ""), out
+    rc, out = ps(applied, "mark", "2", "fork-only", "")
+    assert rc == 2 and "needs a reason" in out, out
+
+
 def test_set_upstream_trailer_replaces_or_adds() -> None:
     msg = "s\n\nbody\n\nPatchset-Status: pending\nPatchset-Backends: cpu\n"
     assert set_upstream_trailer(msg, "sent https://x/1") == "s\n\nbody\n\nPatchset-Upstream: sent https://x/1\n" \

@@ -49,6 +49,8 @@ def print_result(result: ExportResult, full: bool = False) -> None:
             console.print(f"  {note}", markup=False, emoji=False)
         if pkg.range_diff:
             console.print(f"  range-diff: {pkg.range_diff}", markup=False, emoji=False)
+    for line in result.left_out:
+        console.print(line, markup=False, highlight=False, emoji=False)
     findings = [f for p in result.packages for f in p.findings]
     for f in findings:
         console.print(str(f), markup=False, highlight=False, emoji=False)

@@ -37,7 +37,8 @@ FORMATS: dict[str, tuple[int, str, str]] = {
     "all": (1, "all --json [FILE]", "each phase with its seconds, reuse and ccache counters, and the tests"),
     "bump": (1, "bump --onto X --json", "the stage reached, why it stopped, the rebase, sweep and verify reports"),
     "canary": (1, "canary --json", "where each patch stops applying over the commits after the pin"),
-    "export": (1, "export [--check] --json", "each package written and every finding of upstream's rules"),
+    "export": (1, "export [--check] --json", "each package written and every finding of upstream's rules; "
+                                             "`left_out`: one line per fork-only patch not packaged"),
     "evidence": (1, "evidence check|update --json", "the committed evidence's problems, or the files written"),
     "refresh": (1, "refresh [--check] --json", "each patch file written or, with --check, each that differs"),
     "fetch": (1, "fetch --json", "the verified upstream: commit, tree, the source it came from, cached or not"),

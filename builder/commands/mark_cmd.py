@@ -9,17 +9,20 @@ from builder.series.edit import mark
 
 NAME = "mark"
 HELP = ("record where patch N stands upstream: its Patchset-Upstream trailer set to `sent URL`, `merged COMMIT`, "
-        "`rejected URL` or `not-needed WHY` (docs/series-format.md); patches/ and 'patched' updated together")
+        "`rejected URL`, `not-needed WHY` or `fork-only WHY` (kept in the fork, never exported; "
+        "docs/series-format.md); patches/ and 'patched' updated together")
 EXAMPLE = """example:
-  patchset mark 2 sent https://github.com/ggml-org/llama.cpp/pull/12345"""
+  patchset mark 2 sent https://github.com/ggml-org/llama.cpp/pull/12345
+  patchset mark 6 fork-only upstream asserts on such a graph instead"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("n", metavar="N", type=int, help="the patch's number in the series (as `patchset status` shows it)")
-    p.add_argument("state", choices=("sent", "merged", "rejected", "not-needed"), help="where it stands upstream")
+    p.add_argument("state", choices=("sent", "merged", "rejected", "not-needed", "fork-only"),
+                   help="where it stands upstream")
     p.add_argument("value", metavar="URL|COMMIT|WHY", nargs="+",
                    help="the pull request's URL (sent, rejected), the upstream commit or URL (merged), the reason "
-                        "(not-needed)")
+                        "(not-needed, fork-only)")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:

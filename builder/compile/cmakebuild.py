@@ -91,7 +91,7 @@ PROFILES: dict[str, BackendProfile] = {
         selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
     "metal-linux": BackendProfile(
         "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
-        programs=("test-backend-ops", "test-metal-buffer-lookup"), target_sets=("minimal",),
+        programs=("test-backend-ops",), target_sets=("minimal",),
         harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE),
 }
 

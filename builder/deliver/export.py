@@ -108,6 +108,9 @@ class ExportResult:
     out: Path
     cover: Path | None
     checked: bool
+    left_out: tuple[str, ...] = ()
+    """The selected patches export does not package, one line each: the fork-only ones
+    (`Patchset-Upstream: fork-only WHY`). Not a failure."""
 
     @property
     def errors(self) -> list[RuleFinding]:
@@ -239,6 +242,11 @@ def approvals(patch: Patch) -> dict[str, str]:
     return found
 
 
+def fork_only_left_out(chosen: list[Patch]) -> tuple[str, ...]:
+    """One line per fork-only patch of `chosen`: export never packages one (`ExportResult.left_out`)."""
+    return tuple(f"{p.name}: fork-only, not exported ({p.meta.upstream_ref})" for p in chosen if p.meta.fork_only)
+
+
 def slug_of(patch: Patch) -> str:
     return re.sub(r"^\d{4}-", "", patch.name.removesuffix(".patch"))
 
@@ -285,7 +293,8 @@ def find_deps(chain: Chain, patch: Patch, earlier: list[Patch], declared: list[P
         return sorted(required, key=lambda p: p.index)
     chosen: list[Patch] = list(required)
     files = set(patch.files).union(*(set(p.files) for p in required))
-    pool = [p for p in reversed(earlier) if p not in required]
+    # a fork-only patch is never sent: no pull request may carry it
+    pool = [p for p in reversed(earlier) if p not in required and not p.meta.fork_only]
     while pool:
         cand = next((p for p in pool if files & set(p.files)), pool[0])
         pool.remove(cand)
@@ -294,8 +303,8 @@ def find_deps(chain: Chain, patch: Patch, earlier: list[Patch], declared: list[P
         if applies(chosen):
             break
     else:
-        raise InputError(f"{patch.name}: does not apply on the pin even with every earlier patch; "
-                         "run `patchset apply` and `patchset refresh` first")
+        raise InputError(f"{patch.name}: does not apply on the pin even with every earlier patch that is not "
+                         "fork-only; run `patchset apply` and `patchset refresh` first")
     for p in sorted(chosen, key=lambda p: p.index):
         trial = [q for q in chosen if q is not p]
         if p not in required and applies(trial):
@@ -393,6 +402,13 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
                        f"(#{templates.placeholder('the PR number of ' + slug_of(d))}; {why})")
     else:
         out.append("- Depends on: nothing; applies alone on the base")
+    test_deps = [d for d in ctx.series.patches if d.name in patch.meta.test_depends and d not in deps]
+    if test_deps:
+        out.append("- Test depends on: the test of this change needs the earlier change(s) below, which this "
+                   "branch does not carry (the change itself applies and builds without them):")
+        for d in test_deps:
+            out.append(f"  - `{strip_trailers(d.message).splitlines()[0]}` "
+                       f"(#{templates.placeholder('the PR number of ' + slug_of(d))})")
     out += ["", "Files touched:", ""]
     for added, removed, path in _numstat(ctx.git, parent, head):
         out.append(f"- `{path}` (+{added} -{removed})")
@@ -432,6 +448,12 @@ def _pr_facts(ctx: _Ctx, patch: Patch, deps: list[Patch], mail_name: str, parent
                        f"({facts.step_summary(mutation)})")
         out += facts.hunks_table(evb.data)
         out.append("")
+    if "metal" in facts.backends_of(patch):
+        apple = facts.load(ctx.project.evidence_dir, patch, "metal", ctx.after_trees[patch.index]).data is not None
+        out.append("- Apple hardware (the before and after a Metal pull request shows): " +
+                   ("the Metal run above." if apple else
+                    "none; the fork's macOS workflow (`.github/workflows/metal.yml`, `patchset verify --backend "
+                    "metal`) makes it on a fork that has a macOS runner."))
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -799,6 +821,8 @@ def export(project: Project, opts: ExportOptions) -> ExportResult:
     author = resolve_author(opts.author, project.root)
     series = load_series(project.patches_dir)
     chosen = [series.by_name(n) for n in opts.patches] if opts.patches else list(series.patches)
+    left_out = fork_only_left_out(chosen)
+    chosen = [p for p in chosen if not p.meta.fork_only]
     pin = load_pin(project.pin_file)
     out = (opts.out or project.state_dir / "export").resolve()
     if opts.layout == "ggml":
@@ -822,4 +846,4 @@ def export(project: Project, opts: ExportOptions) -> ExportResult:
                 ctx.after_trees[p.index] = tree
             results = [_export_one(ctx, p) for p in chosen]
             cover = _cover(ctx, results) if opts.cover else None
-    return ExportResult(tuple(results), out, cover, opts.check)
+    return ExportResult(tuple(results), out, cover, opts.check, left_out)

@@ -40,6 +40,7 @@ from builder.deliver.export import (
     _write_version,
     commit_message,
     find_deps,
+    fork_only_left_out,
     notes_for_author,
     resolve_author,
     slug_of,
@@ -273,6 +274,8 @@ def export_bindings(project: Project, opts: ExportOptions) -> ExportResult:
     author = resolve_author(opts.author, project.root)
     series: Series = load_series(project.patches_dir)
     chosen = [series.by_name(n) for n in opts.patches] if opts.patches else list(series.patches)
+    left_out = fork_only_left_out(chosen)
+    chosen = [p for p in chosen if not p.meta.fork_only]
     pin = load_pin(project.pin_file)
     out = (opts.out or project.state_dir / f"export-{SERIES}").resolve()
     m = re.search(r"github\.com[/:]([^/]+/[^/]+?)(?:\.git)?/?$", pin.repository)
@@ -327,5 +330,5 @@ def export_bindings(project: Project, opts: ExportOptions) -> ExportResult:
                                          f"pr/{slug}", tuple(findings), placeholders=_placeholders_if(opts, final),
                                          notes=tuple(f"needs llama.cpp {p.name}: {main.release(p)}"
                                                      for p, _ in needs)))
-    return ExportResult(tuple(results), out, None, opts.check)
+    return ExportResult(tuple(results), out, None, opts.check, left_out)
 

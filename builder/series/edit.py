@@ -333,7 +333,8 @@ def move(project: Project, n: int, before: int) -> EditResult:
 def upstream_value(state: str, value: str) -> str:
     """The `Patchset-Upstream` value `mark` writes; InputError when malformed."""
     if state not in UPSTREAM_STATES or state == "not-sent":
-        raise InputError(f"mark: '{state}' is not one of sent URL, merged COMMIT, rejected URL, not-needed WHY")
+        raise InputError(f"mark: '{state}' is not one of sent URL, merged COMMIT, rejected URL, not-needed WHY, "
+                         "fork-only WHY")
     problem = _upstream_problem(state, value)
     if problem:
         raise InputError(f"mark: {problem}")

@@ -26,10 +26,13 @@ BACKENDS = ("cpu", "cuda", "metal", "metal-replay", "metal-linux")
 STATUSES = ("pending", "submitted", "merged", "fork-only")
 """The words of `Patchset-Status`, which `Patchset-Upstream` replaces (still read; `check` prints a
 deprecation line)."""
-UPSTREAM_STATES = ("not-sent", "sent", "merged", "rejected", "not-needed")
-"""The words of `Patchset-Upstream`: where the patch stands upstream."""
+UPSTREAM_STATES = ("not-sent", "sent", "merged", "rejected", "not-needed", "fork-only")
+"""The words of `Patchset-Upstream`: where the patch stands upstream. `fork-only WHY`: kept in the fork and
+never to be sent (export never packages it); proven, rebased, bumped and canaried like any other."""
+FORK_ONLY = "fork-only"
 # what each word must be followed by: a URL, a commit or URL, a reason, or nothing required
-_UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-needed": "reason"}
+_UPSTREAM_NEEDS = {"sent": "url", "rejected": "url", "merged": "commit", "not-needed": "reason",
+                   FORK_ONLY: "reason"}
 # the old trailer's words in the new vocabulary (fork-only: kept in the fork, never to be sent)
 _STATUS_AS_UPSTREAM = {"pending": ("not-sent", ""), "submitted": ("sent", ""), "merged": ("merged", ""),
                        "fork-only": ("not-sent", "fork-only")}
@@ -40,7 +43,7 @@ TRAILER_PREFIX = "Patchset-"
 KNOWN_TRAILERS = (
     "Patchset-Status", "Patchset-Backends", "Patchset-Test", "Patchset-Test-Paths",
     "Patchset-Before", "Patchset-Mutation", "Patchset-Hunk", "Patchset-Ack", "Patchset-Approval", "Patchset-Origin",
-    "Patchset-Effect", "Patchset-Upstream", "Patchset-Depends", "Patchset-Not-In-CI",
+    "Patchset-Effect", "Patchset-Upstream", "Patchset-Depends", "Patchset-Test-Depends", "Patchset-Not-In-CI",
     "Patchset-Guard",
 )
 _SINGLE = {"Patchset-Status", "Patchset-Upstream", "Patchset-Backends", "Patchset-Test-Paths", "Patchset-Before",
@@ -209,11 +212,20 @@ class PatchMeta:
     effects: tuple[str, ...] = ()
     """The measured effect of the fix, or the test that shows it, one line each."""
     depends: tuple[str, ...] = ()
-    """`Patchset-Depends`: file names of earlier patches of the series this one needs."""
+    """`Patchset-Depends`: file names of earlier patches of the series whose code this one needs (to apply
+    or to build): export's branch carries them."""
+    test_depends: tuple[str, ...] = ()
+    """`Patchset-Test-Depends`: file names of earlier patches that only this patch's test needs (its code
+    applies and builds without them): export names them in the facts and leaves them off the branch."""
     not_in_ci: tuple[NotInCI, ...] = ()
     """`Patchset-Not-In-CI`: test commands upstream's CI does not run, each with the reason."""
     guards: tuple[GuardRule, ...] = ()
     """`Patchset-Guard` rules: added test cases that pass without the fix too, declared as regression guards."""
+
+    @property
+    def fork_only(self) -> bool:
+        """`Patchset-Upstream: fork-only WHY`: the fork keeps the patch and never sends it upstream."""
+        return self.upstream == FORK_ONLY
 
     @property
     def status(self) -> str:
@@ -438,6 +450,7 @@ def meta_from_trailers(
 
     effects: list[str] = []
     depends: list[str] = []
+    test_depends: list[str] = []
     not_in_ci: list[NotInCI] = []
     guards: list[GuardRule] = []
     for key, value in trailers:
@@ -536,21 +549,23 @@ def meta_from_trailers(
                 bad(key, value, "is empty")
             else:
                 effects.append(value)
-        elif canon == "Patchset-Depends":
+        elif canon in ("Patchset-Depends", "Patchset-Test-Depends"):
             wanted = value.split()
             wrong = [n for n in wanted if not _DEPENDS.match(n)]
+            into = depends if canon == "Patchset-Depends" else test_depends
             if wrong or not wanted:
                 bad(key, value, f"expected the file name of an earlier patch of the series (NNNN-subject.patch), "
                                 f"not '{' '.join(wrong) or value}'")
             else:
-                depends += [n for n in wanted if n not in depends]
+                into += [n for n in wanted if n not in into]
         elif canon == "Patchset-Not-In-CI":
             try:
                 not_in_ci.append(_parse_not_in_ci(value))
             except ValueError as e:
                 bad(key, value, str(e))
     return PatchMeta(tests=tuple(tests), mutation=tuple(mutations), hunks=tuple(hunks), effects=tuple(effects),
-                     depends=tuple(depends), not_in_ci=tuple(not_in_ci), guards=tuple(guards), **kw), findings
+                     depends=tuple(depends), test_depends=tuple(test_depends), not_in_ci=tuple(not_in_ci),
+                     guards=tuple(guards), **kw), findings
 
 
 def _upstream_problem(word: str, ref: str) -> str:
@@ -564,6 +579,8 @@ def _upstream_problem(word: str, ref: str) -> str:
     if need == "commit" and not _ORIGIN.match(first):
         return f"'{word}' needs the upstream commit id or a URL"
     if need == "reason" and not ref:
+        if word == FORK_ONLY:
+            return f"'{word}' needs a reason (why upstream will not take it, e.g. a rejected pull request)"
         return f"'{word}' needs a reason (for example the upstream commit that made it unnecessary)"
     return ""
 
@@ -760,20 +777,30 @@ def lint(patches_dir: Path, *, cache: bool = True, strict: bool = False) -> tupl
 
 
 def depends_findings(patches: list[Patch]) -> list[Finding]:
-    """A `Patchset-Depends` that names no patch of the series, or one that is not earlier."""
-    index = {p.name: p.index for p in patches}
+    """A `Patchset-Depends` or `Patchset-Test-Depends` that names no patch of the series, or one that is not
+    earlier; a patch named as both; and a patch to send upstream that needs a fork-only one."""
+    by_name = {p.name: p for p in patches}
     found: list[Finding] = []
     for p in patches:
-        if not p.meta.depends:
+        if not p.meta.depends and not p.meta.test_depends:
             continue
         text = p.path.read_text(encoding="utf-8", errors="replace")
-        for name in p.meta.depends:
-            line = _line_of(text, f"Patchset-Depends: {name}") or _line_of(text, name)
-            if name not in index:
-                found.append(Finding(p.path, line, f"Patchset-Depends: '{name}' is not a patch of the series"))
-            elif index[name] >= p.index:
-                found.append(Finding(p.path, line, f"Patchset-Depends: '{name}' is not earlier in the series "
-                                                   f"(it is number {index[name]}, this patch {p.index})"))
+        for key, names in (("Patchset-Depends", p.meta.depends), ("Patchset-Test-Depends", p.meta.test_depends)):
+            for name in names:
+                line = _line_of(text, f"{key}: {name}") or _line_of(text, name)
+                dep = by_name.get(name)
+                if dep is None:
+                    found.append(Finding(p.path, line, f"{key}: '{name}' is not a patch of the series"))
+                elif dep.index >= p.index:
+                    found.append(Finding(p.path, line, f"{key}: '{name}' is not earlier in the series "
+                                                       f"(it is number {dep.index}, this patch {p.index})"))
+                elif dep.meta.fork_only and not p.meta.fork_only:
+                    found.append(Finding(p.path, line, f"{key}: '{name}' is fork-only (never sent upstream), so "
+                                                       "this patch could not be sent without it: mark this one "
+                                                       "fork-only too, or drop the need"))
+                elif key == "Patchset-Test-Depends" and name in p.meta.depends:
+                    found.append(Finding(p.path, line, f"{key}: '{name}' is also in Patchset-Depends: a code "
+                                                       "dependency covers the test; keep one"))
     return found
 
 

@@ -4,8 +4,8 @@
 // a graph compute encodes the nodes with the tree's ggml_metal_op_* (ggml-metal-ops.cpp) in the blocks the real
 // context uses (the first n_main nodes, then n_cb blocks), one block after another on the calling thread; every
 // dispatch runs on the CPU as it is encoded (replay-device.cpp). failed buffer lookups, dispatches that bind one and
-// kernels that access a nil buffer are counted per graph compute and fail it, as patch 1 (metal : a failed buffer
-// lookup fails the graph) does
+// kernels that access a nil buffer are counted per graph compute and fail it, as the fork-only patch 6 (metal : fail
+// the graph when a tensor is in no Metal buffer) does
 
 #include "replay-internal.h"
 

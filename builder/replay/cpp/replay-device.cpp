@@ -343,7 +343,7 @@ void ggml_metal_encoder_set_bytes(ggml_metal_encoder_t encoder, void * data, siz
     encoder->has_bytes[idx] = true;
 }
 
-// whether the tree's lookup marked the buffer as failed: patch 1's `failed` member (a tree without it marks none, and
+// whether the tree's lookup marked the buffer as failed: patch 6's `failed` member (a tree without it marks none, and
 // its encoder binds a nil buffer as Metal does)
 template <typename B>
 static auto replay_lookup_failed(const B & buffer, int) -> decltype(buffer.failed) {
@@ -361,7 +361,7 @@ void ggml_metal_encoder_set_buffer(ggml_metal_encoder_t encoder, struct ggml_met
     encoder->bufs[idx]    = buffer;
     encoder->has_buf[idx] = true;
 
-    // as the tree's encoder (patch 1): a failed lookup stops the dispatches; a nil buffer alone (a zero-size buffer,
+    // as the tree's encoder (patch 6): a failed lookup stops the dispatches; a nil buffer alone (a zero-size buffer,
     // an absent source) is bound, and only a kernel that accesses it fails
     if (replay_lookup_failed(buffer, 0)) {
         encoder->has_nil_buffer = true;
@@ -954,7 +954,7 @@ struct ggml_metal_buffer_id ggml_metal_buffer_get_id(ggml_metal_buffer_t buf, co
 
     GGML_LOG_ERROR("%s: error: tensor '%s' buffer is nil\n", __func__, t->name);
 
-    // counted against the graph being encoded on this thread, if any (as patch 1 does: not for a tensor with no bytes)
+    // counted against the graph being encoded on this thread, if any (as patch 6 does: not for a tensor with no bytes)
     replay_nil_counter * c = ggml_nbytes(t) > 0 ? replay_current_counter() : nullptr;
     if (c) {
         c->record(c->n_nil_lookups, std::string("tensor '") + t->name + "' (buffer lookup failed)");

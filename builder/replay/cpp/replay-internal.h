@@ -17,8 +17,8 @@ struct replay_mtl_buffer {
     uint32_t id;
 };
 
-// failed lookups and nil bindings of one graph compute, counted as patch 1 (metal : a nil buffer lookup fails the
-// graph) counts failed lookups: each graph compute owns one, points the thread-local current counter at it while its
+// failed lookups and nil bindings of one graph compute, counted as the fork-only patch 6 (metal : fail the graph
+// when a tensor is in no Metal buffer) counts failed lookups: each graph compute owns one, points the thread-local current counter at it while its
 // nodes are encoded, and fails when the count rose. a lookup made outside of a graph compute is only logged
 struct replay_nil_counter {
     std::atomic<int> n_total{0};
@@ -35,7 +35,7 @@ struct replay_nil_counter {
         n_total          = 0;
     }
 
-    // first writer wins, as in patch 1's sink
+    // first writer wins
     void record(std::atomic<int> & kind, const std::string & what) {
         kind++;
         if (n_total.fetch_add(1) == 0) {
@@ -50,7 +50,7 @@ replay_nil_counter * replay_current_counter();
 // what the graph compute tells the trace about the node being encoded
 void replay_set_current_node(int compute, const ggml_tensor * node);
 
-// patch 1's encoder query (ggml-metal-device.h of the patched tree), defined for every tree: true once a nil buffer
+// patch 6's encoder query (ggml-metal-device.h of the patched tree), defined for every tree: true once a nil buffer
 // was bound to the encoder
 extern "C" bool ggml_metal_encoder_has_nil_buffer(ggml_metal_encoder_t encoder);
 

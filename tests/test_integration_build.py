@@ -116,10 +116,12 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert [s["label"] for s in data["steps"][2:5]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
     assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
-    # patch 2's mutations (iter and opt_i advanced, the failed step recorded) are seen failing too
+    # patch 2's tree before the fix builds and fails by behaviour; its mutations (iter and opt_i advanced, the
+    # failed step recorded, the partial gradients kept) are seen failing too
     data = json.loads(outcomes[eval_status].evidence_json.read_text())
-    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation"]
-    assert {s["verdict"] for s in data["steps"][2:]} == {"fails"}
+    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation", "parent"]
+    assert data["steps"][0]["verdict"] == "fails"
+    assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
     assert FAILED not in {s["verdict"] for s in data["steps"]}
 
 

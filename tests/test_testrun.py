@@ -423,3 +423,15 @@ def test_the_case_filter_is_a_regex_std_regex_reads_as_the_parameters_themselves
         only, skipping = _params_regex((params,), []), _params_regex(None, [params])
         assert matches(only, params) and not matches(only, params + "0"), only
         assert not matches(skipping, params) and matches(skipping, "v=1"), skipping
+
+
+def test_test_alloc_cases_are_read_and_an_abort_is_the_case_it_happened_in() -> None:
+    # test-alloc's run() prints a case's name, then PASSED when it returns; a failed GGML_ASSERT aborts inside it
+    after = program("test-alloc", read("test-alloc-after-pass.txt"))
+    assert (after.passed, after.failed, after.verdict) == (15, 0, PASSED)
+    assert after.cases[7].case_id == "test_merge_free_block(32)"
+    before = program("test-alloc", read("test-alloc-before-abort.txt"), returncode=-6, signal_name="SIGABRT")
+    assert [c.status for c in before.cases] == [PASS] * 14 + ["crash"]
+    assert before.cases[-1].case_id == "test_sched_graph_not_allocated()"
+    assert "GGML_ASSERT(" in before.cases[-1].detail
+    assert before.verdict == CRASHED

@@ -169,6 +169,8 @@ _CASE = re.compile(r"^  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?
 _PREFIXED_CASE = re.compile(
     r"^(?P<pre>\[[A-Za-z_0-9]+\] .*?)\s*  (?P<name>[A-Za-z_][A-Za-z0-9_]*)\((?P<params>.*?)\): ?(?P<rest>.*)$")
 _TOTALS = re.compile(r"^  (\d+)/(\d+) tests passed$")
+# test-alloc's run(): the case's name at the start of a line, then "PASSED" when it returns
+_RUN_CASE = re.compile(r"^(?P<name>test_[A-Za-z0-9_]*)(?:\((?P<params>.*?)\))? (?P<rest>.*)$")
 _BACKEND_STATUS = re.compile(r"^  Backend (?P<backend>\S+)(?: (?P<variant>\S+))?: (?P<status>OK|FAIL|SKIPPED)$")
 _ERRVAL = re.compile(r"\b(?:ERR|NMSE|MAA) = ([0-9.eE+-]+|nan|inf)")
 
@@ -221,6 +223,15 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
             if m.group("status") == "SKIPPED":
                 skipped.append(f"{m.group('backend')} {m.group('variant') or ''}".strip())
             group_start = len(cases)
+            continue
+        m = _RUN_CASE.match(line)
+        if m:
+            # a failed check aborts the program inside the case: its line never says PASSED
+            pending = None
+            if m.group("rest").strip() == "PASSED":
+                cases.append(CaseResult(program, backend, m.group("name"), m.group("params") or "", PASS, ""))
+            else:
+                pending = (m.group("name"), m.group("params") or "", m.group("rest"))
             continue
         m = _CASE.match(line) or _PREFIXED_CASE.match(line)
         if m:

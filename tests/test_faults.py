@@ -217,6 +217,7 @@ SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
     "undo-rebase": undo_move_scenario("rebase"),
+    "drop-reason": series_verb_scenario("drop", "2", "--reason", "upstream took another design"),
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from helpers import REPO_ROOT, Upstream, commit, git, make_upstream, patchset_argv, pin_toml, write_patches
 
 from builder.series.model import load_series
+from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_C, CALC_H, program
 
 GUIDE = REPO_ROOT / "docs" / "guide.md"
@@ -62,6 +63,11 @@ def team_series(base: Path, up: Upstream) -> Path:
     return root
 
 
+def tag(up: Upstream, name: str, rev: str) -> None:
+    git(up.src, "tag", "-a", "-m", f"release {name}", name, rev)
+    git(up.src, "push", "--quiet", str(up.bare), f"refs/tags/{name}")
+
+
 def test_the_guide_runs(tmp_path: Path) -> None:
     all_blocks = blocks(GUIDE.read_text())
     skipped = [why for _, why in all_blocks if why]
@@ -76,6 +82,13 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     up = Upstream(up.src, up.bare, c0, up.tree_of(c0))
     series = team_series(tmp_path, up)
     new = up.advance({"README": "mini llama, moved on\n"}, "README: moved on\n")
+    tag(up, "b2", new)
+    # three commits on: the middle one documents calc_mul where the guide's patch adds its comment
+    up.advance({"docs/one.md": "one\n"}, "docs: one\n")
+    breaks = up.advance({"ggml/src/calc.c": CALC_MUL_C.replace(
+        "int calc_mul", "/* calc_mul: the product of two ints */\nint calc_mul")}, "calc: document calc_mul\n")
+    later = up.advance({"docs/two.md": "two\n"}, "docs: two\n")
+    tag(up, "b3", later)
     day = tmp_path / "day"
     day.mkdir()
     bindir = tmp_path / "bin"
@@ -88,7 +101,7 @@ def test_the_guide_runs(tmp_path: Path) -> None:
         if not why:
             script.append(code)
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "main",
-           "SERIES": str(series), "NEW": new, "EDITOR": "false", "VISUAL": "false"}
+           "SERIES": str(series), "NEW": "b2", "LATER": "b3", "EDITOR": "false", "VISUAL": "false"}
     env.pop("PATCHSET_STATE", None)
     r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, capture_output=True, text=True,
                        check=False, timeout=600)
@@ -99,8 +112,14 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     patches = load_series(fork / "patches").patches
     assert len(patches) == 6 and patches[5].subject == "calc : mul multiplies"
     assert patches[5].meta.upstream == "sent"
-    assert "integer product" in patches[5].path.read_text()
-    assert new in (fork / "upstream" / "llama.cpp.toml").read_text()
+    # on b3 after the conflict: upstream's comment kept, the fix on it, the pin naming the tag
+    assert "return a * b;" in patches[5].path.read_text()
+    pin = load_pin(fork / "upstream" / "llama.cpp.toml")
+    assert (pin.commit, pin.tag) == (later, "b3")
+    assert "/* calc_mul: the product of two ints */" in git(fork / ".patchset" / "work" / "llama.cpp", "show",
+                                                            "patched:ggml/src/calc.c")
+    assert list((fork / "patches" / "resolutions").iterdir())
+    assert breaks[:12] in (fork / ".patchset" / "canary.md").read_text()
     assert re.search(r"calc : mul multiplies.*proven", out) or "proven" in out, out[-3000:]
     assert git(fork, "status", "--porcelain") == ""
     assert (day / "myfork" / "upstream" / "llama.cpp.toml").is_file()

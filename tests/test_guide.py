@@ -101,7 +101,9 @@ def test_the_guide_runs(tmp_path: Path) -> None:
         if not why:
             script.append(code)
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "main",
-           "SERIES": str(series), "NEW": "b2", "LATER": "b3", "EDITOR": "false", "VISUAL": "false"}
+           "SERIES": str(series), "NEW": "b2", "LATER": "b3",
+           "PATCHSET_SOURCE": "git+https://example.org/owner/patchset@" + "0" * 40,
+           "EDITOR": "false", "VISUAL": "false"}
     env.pop("PATCHSET_STATE", None)
     r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, capture_output=True, text=True,
                        check=False, timeout=600)
@@ -123,4 +125,5 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     assert re.search(r"calc : mul multiplies.*proven", out) or "proven" in out, out[-3000:]
     assert git(fork, "status", "--porcelain") == ""
     assert (day / "myfork" / "upstream" / "llama.cpp.toml").is_file()
+    assert len(list((day / "myfork" / ".github" / "workflows").glob("patchset*.yml"))) == 3
     assert sys.executable  # the patchset the shim runs is this interpreter's

@@ -158,7 +158,8 @@ def test_init_starts_a_project(tmp_path: Path) -> None:
     (tmp_path / "u").mkdir()
     up = make_upstream(tmp_path / "u")
     root = tmp_path / "fork"
-    r = run_patchset("init", str(root), "--git", up.url, "main")
+    source = "git+https://example.org/owner/patchset@" + "0" * 40
+    r = run_patchset("init", str(root), "--git", up.url, "main", "--patchset-source", source)
     assert r.returncode == 0, r.stdout + r.stderr
     pin = (root / "upstream" / "llama.cpp.toml").read_text()
     assert up.commit in pin and up.tree in pin
@@ -167,7 +168,7 @@ def test_init_starts_a_project(tmp_path: Path) -> None:
     assert ".patchset/" in (root / ".gitignore").read_text()
     r = run_patchset("--project", str(root), "apply")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = run_patchset("init", str(root), "--git", up.url, "main")
+    r = run_patchset("init", str(root), "--git", up.url, "main", "--patchset-source", source)
     assert r.returncode == 2 and "already holds" in r.stderr
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import make_upstream, run_patchset
+from helpers import UPSTREAM_FILES, make_sdist, make_upstream, run_patchset, sha256
 from test_workflows import parse_error, workflow_calls
 
 from builder.series.init import WORKFLOWS
+from builder.upstream.pin import GitSource, SdistSource, load_pin
 
 SOURCE = "git+https://example.org/owner/patchset@" + "0123456789abcdef" * 2 + "01234567"
 
@@ -80,3 +81,23 @@ def test_init_refuses_what_ci_could_not_install_or_run(tmp_path: Path, args: lis
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2 and len(errors) == 1 and words in errors[0], r.stdout + r.stderr
     assert not (tmp_path / "fork" / "upstream").exists()
+
+
+def test_init_records_the_bindings_sdist_and_warns_when_it_vendors_another_tree(tmp_path: Path) -> None:
+    (tmp_path / "u").mkdir()
+    up = make_upstream(tmp_path / "u")
+    same = make_sdist(tmp_path / "same" / "llama_cpp_python-1.0.tar.gz", dict(UPSTREAM_FILES),
+                      subdir="vendor/llama.cpp")
+    other = make_sdist(tmp_path / "other" / "llama_cpp_python-1.0.tar.gz",
+                       {**UPSTREAM_FILES, "README": "an older llama\n"}, subdir="vendor/llama.cpp")
+    for archive, warned in ((same, False), (other, True)):
+        root = tmp_path / f"fork-{archive.parent.name}"
+        r = run_patchset("init", str(root), "--git", up.url, "main", "--patchset-source", SOURCE,
+                         "--bindings", str(archive))
+        assert r.returncode == 0, r.stdout + r.stderr
+        pin = load_pin(root / "upstream" / "llama.cpp.toml")
+        [src] = [s for s in pin.sources if isinstance(s, SdistSource)]
+        # what `patchset wheel` builds from: the archive by its sha256, the folder it replaces
+        assert (src.sha256, src.subdir, src.tree) == (sha256(archive), "vendor/llama.cpp", "")
+        assert isinstance(pin.sources[0], GitSource) and pin.tree == up.tree
+        assert ("vendored llama.cpp is" in " ".join(r.stdout.split())) == warned, r.stdout

@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci", default="cpu", metavar="BACKENDS",
                    help=f"the CI workflows to write, by backend, separated by commas ({','.join(WORKFLOWS)}; "
                         "default: %(default)s)")
+    p.add_argument("--bindings", metavar="REQUIREMENT|FILE",
+                   help="the llama-cpp-python sdist `patchset wheel` builds (llama-cpp-python==X, a URL or an "
+                        "archive), recorded in the pin by sha256; a warning when its vendored llama.cpp is not the pin")
     p.add_argument("--patchset-source", metavar="SPEC",
                    help="where the workflows install patchset from (it is not on the package index): "
                         "git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL (default: the git commit this "
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace, project: None) -> Outcome:
                          "and this copy was not installed from a git commit of an https repository): give "
                          "--patchset-source git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL")
     ci = tuple(b.strip() for b in args.ci.split(",") if b.strip())
-    result = init(root, req, default_cache_dir(), source, ci, CliProgress())
+    result = init(root, req, default_cache_dir(), source, ci, args.bindings or "", CliProgress())
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     for f in result.written:
         console.print(f"  wrote {f.relative_to(root)}", highlight=False)
     console.print(f"a new project in {root}, pinned to {result.tag or result.commit}; next: `patchset apply`, "

@@ -4,6 +4,7 @@ asked) and the ignore file."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from builder.fsutil import atomic_write_text
 from builder.progress import ProgressSink
 from builder.project import DEFAULT_PIN
 from builder.series.refresh import write_series
-from builder.upstream.pin import dump_pin
+from builder.upstream.pin import Pin, SdistSource, dump_pin
 from builder.upstream.pinwrite import PinRequest, make_pin
 
 _HEAD = """\
@@ -174,6 +175,36 @@ def check_source(source: str) -> str:
 
 GITIGNORE = ".patchset/\n"
 
+BINDINGS_SUBDIR = "vendor/llama.cpp"
+"""Where the llama-cpp-python sdist carries llama.cpp (the folder `patchset wheel` replaces)."""
+
+
+def _with_bindings(cache_dir: Path, pin: Pin, bindings: str,
+                   progress: ProgressSink | None) -> tuple[Pin, tuple[str, ...]]:
+    """`pin` with the bindings sdist as its last source, which `patchset wheel` builds from (it takes the
+    pin's first sdist source); a warning when the sdist's vendored llama.cpp is not the pin's tree.
+    Then the sdist records no tree of its own: as a source of the pin it fails verification (its
+    files are another commit's), never passes for the pin."""
+    req = PinRequest(sdist=bindings, subdir=BINDINGS_SUBDIR, name=pin.name, repository=pin.repository)
+    try:
+        got = make_pin(cache_dir, req, progress).pin
+    except InputError:
+        # no commit marker in the archive: the trees alone say whether it vendors the pin
+        got = make_pin(cache_dir, dataclasses.replace(req, commit=pin.commit), progress).pin
+    src = got.sources[-1]
+    assert isinstance(src, SdistSource)
+    if got.commit == pin.commit and got.tree == pin.tree:
+        return dataclasses.replace(pin, sources=(*pin.sources, src)), ()
+    archive_tree = src.tree or got.tree
+    if archive_tree == pin.tree:
+        return dataclasses.replace(pin, sources=(*pin.sources, dataclasses.replace(src, tree=""))), ()
+    vendored = got.commit if got.commit != pin.commit else f"a tree {archive_tree[:12]}"
+    return dataclasses.replace(pin, sources=(*pin.sources, dataclasses.replace(src, tree=""))), (
+        f"--bindings {bindings}: its vendored llama.cpp is {vendored}, not the pin {pin.commit[:12]}: "
+        "`patchset wheel` builds it on the patched pin all the same, but its Python declarations were written "
+        "for that other tree (the wheel's drift check lists the functions that differ); recorded as the "
+        "pin's last source, which cannot give the pin",)
+
 
 @dataclass(frozen=True)
 class InitResult:
@@ -181,12 +212,15 @@ class InitResult:
     written: tuple[Path, ...]
     commit: str
     tag: str
+    warnings: tuple[str, ...] = ()
+    """What the person should know and decide (the bindings' vendored llama.cpp is not the pin)."""
 
 
 def init(root: Path, req: PinRequest, cache_dir: Path, source: str, ci: tuple[str, ...] = ("cpu",),
-         progress: ProgressSink | None = None) -> InitResult:
+         bindings: str = "", progress: ProgressSink | None = None) -> InitResult:
     """Start a project in `root` (made if missing); refuses a folder that already holds one. `ci`: the
-    backends whose workflow is written (WORKFLOWS), each installing patchset from `source`."""
+    backends whose workflow is written (WORKFLOWS), each installing patchset from `source`;
+    `bindings`: the llama-cpp-python sdist `patchset wheel` builds, recorded in the pin."""
     check_source(source)
     unknown = [b for b in ci if b not in WORKFLOWS]
     if unknown or not ci:
@@ -197,8 +231,10 @@ def init(root: Path, req: PinRequest, cache_dir: Path, source: str, ci: tuple[st
         if f.exists():
             raise InputError(f"{f}: {root} already holds a patchset project; nothing written")
     result = make_pin(cache_dir, req, progress)
+    pin, warnings = (_with_bindings(cache_dir, result.pin, bindings, progress) if bindings
+                     else (result.pin, ()))
     written = []
-    atomic_write_text(pin_file, dump_pin(result.pin))
+    atomic_write_text(pin_file, dump_pin(pin))
     written.append(pin_file)
     series.parent.mkdir(parents=True, exist_ok=True)
     write_series(series.parent, [])
@@ -218,4 +254,4 @@ def init(root: Path, req: PinRequest, cache_dir: Path, source: str, ci: tuple[st
     if ".patchset/" not in text.split():
         atomic_write_text(ignore, text + ("" if not text or text.endswith("\n") else "\n") + GITIGNORE)
         written.append(ignore)
-    return InitResult(root, tuple(written), result.pin.commit, result.pin.tag or "")
+    return InitResult(root, tuple(written), pin.commit, pin.tag or "", warnings)

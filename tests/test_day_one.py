@@ -10,6 +10,7 @@ from helpers import A_C, STANDARD_NAMES, Proj, commit, git, run_patchset
 from test_series_verbs import in_step, ps
 
 from builder.series.dropped import BY_HAND, parse
+from builder.series.importer import is_range
 
 
 def applied(proj: Proj) -> Proj:
@@ -141,3 +142,8 @@ def test_import_refuses_bad_input_in_one_line_and_changes_nothing(proj: Proj, tm
         assert "Traceback" not in out
     assert proj.snapshot() == before and proj.wgit("for-each-ref") == refs
     in_step(proj)
+
+
+def test_a_range_is_told_from_a_file_name() -> None:
+    assert [is_range(x) for x in ("b7000..my-fixes", "v1.2..v1.3", "a..b")] == [True] * 3
+    assert [is_range(x) for x in ("12345.patch", "a...b", "..b", "a..", "a ..b")] == [False] * 5

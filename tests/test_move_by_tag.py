@@ -58,6 +58,7 @@ def test_an_unknown_name_is_refused_in_one_line_and_nothing_moves(proj: Proj,
     for args, words in ((["rebase", "--onto", "b404"], "--onto b404: "),
                         (["rebase", "--onto", "b404", "--dry-run"], "no tag or branch 'b404'"),
                         (["rebase", "--onto", "bad..name"], "not a commit id, tag or branch name"),
+                        (["rebase", "--onto", "abc1234"], "a commit id is given in full, 40 hex"),
                         (["canary", "--range", "b1..b404"], "--range b1: ")):
         capsys.readouterr()
         assert ps(proj, *args) == 2

@@ -26,7 +26,6 @@ from builder.project import Project
 from builder.series.edit import TEMPLATE_BODY, EditResult, _commit, _in_step, _rewrite
 from builder.series.workrepo import WorkRepo
 
-_RANGE = re.compile(r"[^.\s]+\.\.[^.\s]+")
 _INFO = re.compile(r"^(Author|Email|Subject|Date): ?(.*)$", re.MULTILINE)
 
 
@@ -46,7 +45,9 @@ class Mail:
 
 
 def is_range(source: str) -> bool:
-    return bool(_RANGE.fullmatch(source))
+    """True when `source` reads as A..B (release names with dots included: v1.2..v1.3), not A...B."""
+    a, sep, b = source.partition("..")
+    return bool(sep and a and b) and "..." not in source and not any(c.isspace() for c in source)
 
 
 def mails_from_file(path: Path) -> list[Mail]:

@@ -59,4 +59,5 @@ def resolve(pin: Pin, name: str, option: str) -> Resolved:
         if f"refs/heads/{short}" in refs and not name.startswith("refs/tags/"):
             return Resolved(refs[f"refs/heads/{short}"], "", url)
         tried.append(f"{url}: no tag or branch '{short}'")
-    raise InputError(f"{option} {name}: " + "; ".join(tried))
+    hint = " (a commit id is given in full, 40 hex)" if re.fullmatch(r"[0-9a-f]{4,39}", short) else ""
+    raise InputError(f"{option} {name}: " + "; ".join(tried) + hint)

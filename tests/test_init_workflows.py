@@ -13,6 +13,7 @@ import yaml
 from helpers import UPSTREAM_FILES, make_sdist, make_upstream, run_patchset, sha256
 from test_workflows import parse_error, workflow_calls
 
+from builder.commands.init_cmd import installed_source
 from builder.series.init import WORKFLOWS
 from builder.upstream.pin import GitSource, SdistSource, load_pin
 
@@ -72,7 +73,6 @@ def test_the_written_workflows_pass_actionlint(project: Path) -> None:
     (["--patchset-source", "patchset==0.1.0"], "--patchset-source 'patchset==0.1.0'"),
     (["--patchset-source", "git+https://example.org/p@main"], "full commit id"),
     (["--patchset-source", SOURCE, "--ci", "cpu,rocm"], "--ci cpu,rocm"),
-    ([], "cannot tell where CI should install patchset from"),
 ])
 def test_init_refuses_what_ci_could_not_install_or_run(tmp_path: Path, args: list[str], words: str) -> None:
     (tmp_path / "u").mkdir()
@@ -101,3 +101,22 @@ def test_init_records_the_bindings_sdist_and_warns_when_it_vendors_another_tree(
         assert (src.sha256, src.subdir, src.tree) == (sha256(archive), "vendor/llama.cpp", "")
         assert isinstance(pin.sources[0], GitSource) and pin.tree == up.tree
         assert ("vendored llama.cpp is" in " ".join(r.stdout.split())) == warned, r.stdout
+
+
+def test_init_without_a_source_uses_the_installed_commit_or_refuses(tmp_path: Path) -> None:
+    """Left out, the source is the git commit this patchset was installed from (an https repository,
+    clean); where there is none, init refuses before writing anything."""
+    (tmp_path / "u").mkdir()
+    up = make_upstream(tmp_path / "u")
+    root = tmp_path / "fork"
+    r = run_patchset("init", str(root), "--git", up.url, "main")
+    source = installed_source()
+    if source:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert yaml.safe_load((root / ".github" / "workflows" / "patchset.yml").read_text())["env"][
+            "PATCHSET_SOURCE"] == source
+    else:
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert r.returncode == 2 and len(errors) == 1, r.stdout + r.stderr
+        assert "cannot tell where CI should install patchset from" in errors[0]
+        assert not (root / "upstream").exists()

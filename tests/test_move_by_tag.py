@@ -34,7 +34,8 @@ def test_rebase_onto_a_tag_records_it_in_the_pin(proj: Proj, capsys: pytest.Capt
 
     assert ps(proj, "rebase", "--onto", "b2", "--dry-run", "--json") == 0
     assert json.loads(capsys.readouterr().out)["new"] == new
-    assert ps(proj, "rebase", "--onto", "b2") == 0, capsys.readouterr()
+    assert ps(proj, "rebase", "--onto", "b2") == 0
+    assert f"onto {new[:12]} (b2)" in capsys.readouterr().out
     pin = load_pin(proj.project.pin_file)
     # the annotated tag's commit (not the tag object), its name kept, the tree of the fetched commit
     assert (pin.commit, pin.tag, pin.tree) == (new, "b2", proj.upstream.tree_of(new))

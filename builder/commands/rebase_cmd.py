@@ -82,7 +82,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     else:
         print_report(result.report)
         jsonout.emit(args, "rebase", result.report.as_json())
-    console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
+    onto = result.new_pin.commit[:12] + (f" ({result.new_pin.tag})" if result.new_pin.tag else "")
+    console.print(f"rebased from {result.old_pin.commit[:12]} onto {onto}; "
                   f"pin {project.pin_file.name} and {project.patches_dir.name}/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
     if result.report is not None:

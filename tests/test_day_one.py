@@ -147,3 +147,21 @@ def test_import_refuses_bad_input_in_one_line_and_changes_nothing(proj: Proj, tm
 def test_a_range_is_told_from_a_file_name() -> None:
     assert [is_range(x) for x in ("b7000..my-fixes", "v1.2..v1.3", "a..b")] == [True] * 3
     assert [is_range(x) for x in ("12345.patch", "a...b", "..b", "a..", "a ..b")] == [False] * 5
+
+
+def test_the_test_trailers_of_an_imported_patch_are_filled_by_edit_and_refresh(proj: Proj, tmp_path: Path) -> None:
+    """What import's output and the README say to do next: `patchset edit N`, amend the message in the
+    work repository, `patchset refresh`."""
+    applied(proj)
+    clone = fork_clone(proj, tmp_path)
+    assert ps(proj, "import", "--repo", str(clone), "main..fixes")[0] == 0
+    rc, out = ps(proj, "edit", "4")
+    assert rc == 0, out
+    message = (proj.wgit("log", "-1", "--format=%B")
+               + "\nPatchset-Test: test-notes\nPatchset-Test-Paths: tests/test-notes.cpp\n")
+    git(proj.work, "commit", "--quiet", "--amend", "-m", message)
+    rc, out = ps(proj, "refresh")
+    assert rc == 0, out
+    text = (proj.patches / "0004-docs-our-notes.patch").read_text()
+    assert "Patchset-Test: test-notes\n" in text and "Patchset-Origin: " in text
+    in_step(proj)

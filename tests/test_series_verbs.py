@@ -183,7 +183,7 @@ def test_help_and_version(applied: Proj) -> None:
     assert r.returncode == 0 and "series: 3 patch(es)" in r.stdout and applied.upstream.commit in r.stdout
 
 
-@pytest.mark.parametrize("verb", ["init", "new", "edit", "drop", "move", "mark", "undo"])
+@pytest.mark.parametrize("verb", ["init", "import", "new", "edit", "drop", "move", "mark", "undo"])
 def test_each_new_verb_has_help_with_an_example(verb: str) -> None:
     r = run_patchset(verb, "--help")
     assert r.returncode == 0 and "example:" in r.stdout and f"patchset {verb}" in r.stdout.split("example:")[1]

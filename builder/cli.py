@@ -107,8 +107,8 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "verify", "export", "new", "edit", "drop",
-                       "move", "mark", "undo", "canary", "rebase")
+SECOND_SERIES_VERBS = ("fetch", "apply", "refresh", "check", "status", "verify", "export", "import", "new", "edit",
+                       "drop", "move", "mark", "undo", "canary", "rebase")
 """The commands that address a second series (`--series NAME`). The others build or test llama.cpp's tree
 (`patchset wheel` applies the bindings series itself). verify proves a second series' patches by their
 `python` tests, against the library `patchset wheel` built (docs/verify.md); export writes them on

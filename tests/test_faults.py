@@ -208,6 +208,19 @@ def series_verb_scenario(*args: str) -> Callable[[Path], Scenario]:
     return make
 
 
+def import_scenario(tmp_path: Path) -> Scenario:
+    """`import` of a pull request's .patch (two mails) on the applied standard series."""
+    pr = tmp_path / "pr.patch"
+    s = _base(tmp_path, ("import", str(pr), "--origin", "https://github.com/ggml-org/llama.cpp/pull/1"))
+    assert s.run("apply")[0] == 0
+    clone = tmp_path / "fork"
+    git(tmp_path, "clone", "--quiet", str(s.up.bare), str(clone))
+    first = commit(clone, {"docs/a.md": "a\n"}, "docs : a\n")
+    commit(clone, {"docs/b.md": "b\n"}, "docs : b\n")
+    pr.write_text(git(clone, "format-patch", "--stdout", f"{first}~1..HEAD") + "\n")
+    return s
+
+
 def undo_move_scenario(verb: str) -> Callable[[Path], Scenario]:
     """`undo` of a finished rebase (or of a bump's move, which leaves the same kind of recovery ref)."""
     def make(tmp_path: Path) -> Scenario:
@@ -253,6 +266,8 @@ SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
     "undo-rebase": undo_move_scenario("rebase"), "apply-stand-in": stand_in_scenario,
+    "drop-reason": series_verb_scenario("drop", "2", "--reason", "upstream took another design"),
+    "import": import_scenario,
 }
 
 

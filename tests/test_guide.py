@@ -1,8 +1,10 @@
 """docs/guide.md runs: every ```sh block of the guide, in order and in one shell, on a synthetic
-upstream laid out like llama.cpp, with a team's series of five patches to clone. A new user adds a
-sixth patch (a fix with its test and a mutation), proves it, edits it, moves the series to a new
-upstream commit and marks the patch sent. The blocks that cannot run here are marked
-`<!-- guide-test: skip (why) -->` just above their fence, and they are few."""
+upstream laid out like llama.cpp with release tags (b1, b2, b3). A new user starts a project with
+`patchset init` on the tag b1, imports their fork's five commits, adds a sixth patch (a fix with its
+test and a mutation), proves it, edits it, drops a patch with a reason and takes it back, moves the
+series to b2 by tag, maps b2..b3 with canary, resolves the conflict b3 brings, exports the patch and
+marks it sent. The blocks that cannot run here are marked `<!-- guide-test: skip (why) -->` just
+above their fence, and they are few."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from helpers import REPO_ROOT, Upstream, commit, git, make_upstream, patchset_argv, pin_toml, write_patches
 
 from builder.series.model import load_series
+from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_C, CALC_H, program
 
 GUIDE = REPO_ROOT / "docs" / "guide.md"
@@ -41,18 +44,27 @@ def blocks(text: str) -> list[tuple[str, str]]:
     return found
 
 
+def fork_clone(base: Path, up: Upstream) -> Path:
+    """A clone of `up` (a fork's), its branch `fixes` five commits (notes of the fork's own) on the pin."""
+    scratch = base / "fork-clone"
+    base.mkdir(exist_ok=True)
+    git(base, "clone", "--quiet", str(up.bare), str(scratch))
+    git(scratch, "checkout", "--quiet", "-b", "fixes", up.commit)
+    for n in range(1, 6):
+        commit(scratch, {f"docs/fork-{n}.md": f"fork note {n}\n"},
+               f"docs : fork note {n}\n\nPatchset-Upstream: not-sent fork-only\n"
+               f"Patchset-Origin: https://github.com/example/llama.cpp-fork/pull/{n}\n",
+               author=("Team Member", "team@example.org", f"2024-0{n}-01T00:00:00+00:00"))
+    return scratch
+
+
 def team_series(base: Path, up: Upstream) -> Path:
-    """A team's project repository: pinned to `up`, five patches (notes of the fork's own)."""
-    root = base / "team"
+    """A team's project repository: pinned to `up`, five patches (the fork's, as `fork_clone` makes them)."""
+    root = base / "team-series"
     (root / "upstream").mkdir(parents=True)
     (root / "upstream" / "llama.cpp.toml").write_text(pin_toml(up.commit, up.tree, [{"kind": "git", "url": up.url}]))
-    scratch = base / "team-scratch"
-    git(base, "clone", "--quiet", str(up.bare), str(scratch))
-    commits = [commit(scratch, {f"docs/fork-{n}.md": f"fork note {n}\n"},
-                      f"docs : fork note {n}\n\nPatchset-Upstream: not-sent fork-only\n"
-                      f"Patchset-Origin: https://github.com/example/llama.cpp-fork/pull/{n}\n",
-                      author=("Team Member", "team@example.org", f"2024-0{n}-01T00:00:00+00:00"))
-               for n in range(1, 6)]
+    scratch = fork_clone(base / "team-scratch", up)
+    commits = git(scratch, "rev-list", "--reverse", f"{up.commit}..fixes").split()
     (root / "patches").mkdir()
     write_patches(root / "patches", scratch, commits)
     (root / ".gitignore").write_text(".patchset/\n")
@@ -60,6 +72,11 @@ def team_series(base: Path, up: Upstream) -> Path:
     git(root, "add", "--all")
     git(root, "commit", "--quiet", "-m", "the team's series")
     return root
+
+
+def tag(up: Upstream, name: str, rev: str) -> None:
+    git(up.src, "tag", "-a", "-m", f"release {name}", name, rev)
+    git(up.src, "push", "--quiet", str(up.bare), f"refs/tags/{name}")
 
 
 def test_the_guide_runs(tmp_path: Path) -> None:
@@ -74,8 +91,17 @@ def test_the_guide_runs(tmp_path: Path) -> None:
                      "tests/test-opt.cpp": program("OPT", "calc_add(1, 1)", 2),
                      "tests/test-backend-ops.cpp": program("ACC", "calc_add(2, 2)", 4)}, "mini llama\n")
     up = Upstream(up.src, up.bare, c0, up.tree_of(c0))
+    tag(up, "b1", c0)
     series = team_series(tmp_path, up)
+    fork = fork_clone(tmp_path, up)
     new = up.advance({"README": "mini llama, moved on\n"}, "README: moved on\n")
+    tag(up, "b2", new)
+    # three commits on: the middle one documents calc_mul where the guide's patch adds its comment
+    up.advance({"docs/one.md": "one\n"}, "docs: one\n")
+    breaks = up.advance({"ggml/src/calc.c": CALC_MUL_C.replace(
+        "int calc_mul", "/* calc_mul: the product of two ints */\nint calc_mul")}, "calc: document calc_mul\n")
+    later = up.advance({"docs/two.md": "two\n"}, "docs: two\n")
+    tag(up, "b3", later)
     day = tmp_path / "day"
     day.mkdir()
     bindir = tmp_path / "bin"
@@ -87,21 +113,35 @@ def test_the_guide_runs(tmp_path: Path) -> None:
         script.append(f"echo '### guide block {n}'" + (" '(skipped)'" if why else ""))
         if not why:
             script.append(code)
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "main",
-           "SERIES": str(series), "NEW": new, "EDITOR": "false", "VISUAL": "false"}
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "b1",
+           "SERIES": str(series), "FORK": str(fork), "NEW": "b2", "LATER": "b3",
+           "PATCHSET_SOURCE": "git+https://example.org/owner/patchset@" + "0" * 40,
+           "EDITOR": "false", "VISUAL": "false"}
     env.pop("PATCHSET_STATE", None)
     r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, capture_output=True, text=True,
                        check=False, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, f"the guide stopped (exit {r.returncode}) at:\n{out[-4000:]}"
     # what the guide promises: a sixth patch, proven, on the new upstream, marked sent, committed
-    fork = day / "fork"
+    # the project `patchset init` made, the fork's five commits imported
+    fork = day / "myfork"
     patches = load_series(fork / "patches").patches
+    assert [p.meta.upstream for p in patches[:5]] == ["not-sent"] * 5
     assert len(patches) == 6 and patches[5].subject == "calc : mul multiplies"
     assert patches[5].meta.upstream == "sent"
-    assert "integer product" in patches[5].path.read_text()
-    assert new in (fork / "upstream" / "llama.cpp.toml").read_text()
+    # on b3 after the conflict: upstream's comment kept, the fix on it, the pin naming the tag
+    assert "return a * b;" in patches[5].path.read_text()
+    pin = load_pin(fork / "upstream" / "llama.cpp.toml")
+    assert (pin.commit, pin.tag) == (later, "b3")
+    assert "/* calc_mul: the product of two ints */" in git(fork / ".patchset" / "work" / "llama.cpp", "show",
+                                                            "patched:ggml/src/calc.c")
+    assert list((fork / "patches" / "resolutions").iterdir())
+    # the drop with its reason was logged, and undone with its record
+    assert "by-hand" in out and not (fork / "patches" / "dropped").exists()
+    assert list((day / "outbox").iterdir())
+    assert breaks[:12] in (fork / ".patchset" / "canary.md").read_text()
     assert re.search(r"calc : mul multiplies.*proven", out) or "proven" in out, out[-3000:]
     assert git(fork, "status", "--porcelain") == ""
-    assert (day / "myfork" / "upstream" / "llama.cpp.toml").is_file()
+    assert (day / "team" / ".patchset" / "work" / "llama.cpp").is_dir()
+    assert len(list((day / "myfork" / ".github" / "workflows").glob("patchset*.yml"))) == 3
     assert sys.executable  # the patchset the shim runs is this interpreter's

@@ -170,7 +170,8 @@ def test_init_starts_a_project(tmp_path: Path) -> None:
     (tmp_path / "u").mkdir()
     up = make_upstream(tmp_path / "u")
     root = tmp_path / "fork"
-    r = run_patchset("init", str(root), "--git", up.url, "main")
+    source = "git+https://example.org/owner/patchset@" + "0" * 40
+    r = run_patchset("init", str(root), "--git", up.url, "main", "--patchset-source", source)
     assert r.returncode == 0, r.stdout + r.stderr
     pin = (root / "upstream" / "llama.cpp.toml").read_text()
     assert up.commit in pin and up.tree in pin
@@ -179,7 +180,7 @@ def test_init_starts_a_project(tmp_path: Path) -> None:
     assert ".patchset/" in (root / ".gitignore").read_text()
     r = run_patchset("--project", str(root), "apply")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = run_patchset("init", str(root), "--git", up.url, "main")
+    r = run_patchset("init", str(root), "--git", up.url, "main", "--patchset-source", source)
     assert r.returncode == 2 and "already holds" in r.stderr
 
 
@@ -194,7 +195,7 @@ def test_help_and_version(applied: Proj) -> None:
     assert r.returncode == 0 and "series: 3 patch(es)" in r.stdout and applied.upstream.commit in r.stdout
 
 
-@pytest.mark.parametrize("verb", ["init", "new", "edit", "drop", "move", "mark", "undo"])
+@pytest.mark.parametrize("verb", ["init", "import", "new", "edit", "drop", "move", "mark", "undo"])
 def test_each_new_verb_has_help_with_an_example(verb: str) -> None:
     r = run_patchset(verb, "--help")
     assert r.returncode == 0 and "example:" in r.stdout and f"patchset {verb}" in r.stdout.split("example:")[1]

@@ -6,7 +6,7 @@ from rich.markup import escape
 
 from builder import proc
 from builder.commands import jsonout
-from builder.commands.rebase_cmd import print_report, print_way_back
+from builder.commands.rebase_cmd import ONTO_HELP, print_report, print_way_back
 from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
 from builder.commands.verify_cmd import outcome as verify_outcome
@@ -26,7 +26,7 @@ HELP = ("move the series to a new upstream only if no patch's bug is fixed there
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = proc.BUILD_TIMEOUT_HELP
-    p.add_argument("--onto", required=True, help="a full commit id of the pin's git remote, or a pin file (.toml)")
+    p.add_argument("--onto", required=True, help=ONTO_HELP)
     p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="backend to build, sweep and verify on")
     p.add_argument("--mode", choices=MODES, help="the sweep's test-backend-ops mode (default: the backend's)")
     g = p.add_mutually_exclusive_group()

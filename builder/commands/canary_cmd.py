@@ -13,8 +13,10 @@ from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series import refname
 from builder.series.canary import CanaryReport, canary
 from builder.series.model import BACKENDS
+from builder.upstream.pin import load_pin
 
 NAME = "canary"
 HELP = ("over the upstream commits after the pin, find by bisection the first commit where each patch stops "
@@ -23,8 +25,8 @@ HELP = ("over the upstream commits after the pin, find by bisection the first co
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", dest="range_", metavar="OLD..NEW",
-                   help="the first-parent commits of the pin's git source to try (default: the pin..HEAD; "
-                        "OLD may be left out: the pin)")
+                   help="the first-parent commits of the pin's git source to try, each end a commit id, tag or branch "
+                        "name of it (default: the pin..HEAD; OLD may be left out: the pin)")
     p.add_argument("--step", type=int, default=1,
                    help="try every Nth commit only (the first breaking commit is then known to within N)")
     p.add_argument("--scan", action="store_true",
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         if ".." not in args.range_ or "..." in args.range_:
             raise InputError(f"--range {args.range_}: expected OLD..NEW (OLD may be empty)")
         old, new = args.range_.split("..", 1)
-        new = new or "HEAD"
+        old, new = _by_name(project, old), _by_name(project, new or "HEAD")
     progress = None if args.json else CliProgress()
     check = None
     if (args.build or args.test) and project.series_name:
@@ -68,6 +70,13 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     else:
         _print(report)
     return Outcome.CONFLICT if report.broken else Outcome.OK
+
+
+def _by_name(project: Project, ref: str) -> str:
+    """A tag or branch name of the pin's git source as its commit id (HEAD and ids as given)."""
+    if not ref or ref == "HEAD" or not refname.is_name(ref):
+        return ref
+    return refname.resolve(load_pin(project.pin_file), ref, "--range").commit
 
 
 def _print(report: CanaryReport) -> None:

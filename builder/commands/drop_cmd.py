@@ -9,15 +9,18 @@ from builder.series.edit import drop
 
 NAME = "drop"
 HELP = ("remove patch N from the series: the later patches are replayed without it (nothing changes when one "
-        "no longer applies, exit 3); patches/ and 'patched' updated together; `patchset undo` brings it back")
+        "no longer applies, exit 3); patches/ and 'patched' updated together, with --reason its record in "
+        "patches/dropped; `patchset undo` brings it back")
 EXAMPLE = """example:
-  patchset drop 3"""
+  patchset drop 3 --reason 'upstream took another design (ggml-org/llama.cpp#12345)'"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("n", metavar="N", type=int, help="the patch's number in the series (as `patchset status` shows it)")
+    p.add_argument("--reason", metavar="WHY", default="",
+                   help="why it goes, one line: recorded in patches/dropped (by-hand), which `patchset check` reads")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
-    print_edit(drop(project, args.n))
+    print_edit(drop(project, args.n, args.reason))
     return Outcome.OK

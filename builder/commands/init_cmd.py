@@ -1,20 +1,27 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import json
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+import builder
+from builder import proc
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import InputError, Outcome
 from builder.project import default_cache_dir
-from builder.series.init import init
+from builder.series.init import WORKFLOWS, init
 from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest
 
 NAME = "init"
 HELP = ("start a project for another fork or pin in DIR: upstream/llama.cpp.toml written from the upstream's own "
-        "bytes (as `patchset pin` writes it), an empty patches/series, the CI workflow "
-        ".github/workflows/patchset.yml and .patchset/ in .gitignore; refuses a folder that holds a project")
+        "bytes (as `patchset pin` writes it), an empty patches/series, the CI workflows under .github/workflows/ "
+        "(--ci: patchset.yml for the CPU, patchset-cuda.yml, patchset-metal.yml) and .patchset/ in .gitignore; "
+        "refuses a folder that holds a project")
 EXAMPLE = """example:
-  patchset init myfork --git https://github.com/ggml-org/llama.cpp b7000
+  patchset init myfork --git https://github.com/ggml-org/llama.cpp b7000 --ci cpu,cuda,metal \\
+      --patchset-source git+https://github.com/OWNER/patchset@COMMIT
   cd myfork && patchset apply"""
 NEEDS_PROJECT = False
 
@@ -34,6 +41,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--date", help="the commit date, YYYY-MM-DD (default: the commit's committer date, when known)")
     p.add_argument("--repository", default=DEFAULT_REPOSITORY,
                    help="the upstream repository the pin names (default: %(default)s)")
+    p.add_argument("--ci", default="cpu", metavar="BACKENDS",
+                   help=f"the CI workflows to write, by backend, separated by commas ({','.join(WORKFLOWS)}; "
+                        "default: %(default)s)")
+    p.add_argument("--bindings", metavar="REQUIREMENT|FILE",
+                   help="the llama-cpp-python sdist `patchset wheel` builds (llama-cpp-python==X, a URL or an "
+                        "archive), recorded in the pin by sha256; a warning when its vendored llama.cpp is not the pin")
+    p.add_argument("--patchset-source", metavar="SPEC",
+                   help="where the workflows install patchset from (it is not on the package index): "
+                        "git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL (default: the git commit this "
+                        "patchset was installed from, when its repository is on https)")
 
 
 def run(args: argparse.Namespace, project: None) -> Outcome:
@@ -42,9 +59,39 @@ def run(args: argparse.Namespace, project: None) -> Outcome:
                      date=args.date or "", name=DEFAULT_NAME, repository=args.repository,
                      git_sources=())
     root = args.dir.resolve()
-    result = init(root, req, default_cache_dir(), CliProgress())
+    source = args.patchset_source or installed_source()
+    if not source:
+        raise InputError("init: cannot tell where CI should install patchset from (it is not on the package index, "
+                         "and this copy was not installed from a git commit of an https repository): give "
+                         "--patchset-source git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL")
+    ci = tuple(b.strip() for b in args.ci.split(",") if b.strip())
+    result = init(root, req, default_cache_dir(), source, ci, args.bindings or "", CliProgress())
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     for f in result.written:
         console.print(f"  wrote {f.relative_to(root)}", highlight=False)
     console.print(f"a new project in {root}, pinned to {result.tag or result.commit}; next: `patchset apply`, "
                   "then `patchset new NAME` for the first patch", highlight=False)
     return Outcome.OK
+
+
+def installed_source() -> str:
+    """Where this patchset came from, when CI can install it from there as well: the git commit of an
+    https repository that pip recorded (PEP 610 direct_url.json), or that of the clean git checkout
+    it was installed from; '' when neither."""
+    try:
+        raw = importlib.metadata.distribution("patchset").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        raw = None
+    data = json.loads(raw) if raw else {}
+    vcs = data.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and vcs.get("commit_id") and str(data.get("url", "")).startswith("https://"):
+        return f"git+{data['url']}@{vcs['commit_id']}"
+    url = urlparse(str(data.get("url", "")))
+    where = Path(unquote(url.path)) if url.scheme == "file" else Path(builder.__file__).resolve().parent.parent
+    run = [proc.run(["git", "-C", str(where), *a], check=False)
+           for a in (("remote", "get-url", "origin"), ("rev-parse", "HEAD"), ("status", "--porcelain"))]
+    origin, head = run[0].stdout.strip(), run[1].stdout.strip()
+    if any(r.returncode for r in run) or run[2].stdout.strip() or not origin.startswith("https://"):
+        return ""
+    return f"git+{origin}@{head}"

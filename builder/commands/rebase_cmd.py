@@ -14,11 +14,13 @@ from builder.series.model import BACKENDS
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
 
 NAME = "rebase"
+ONTO_HELP = ("a full commit id, a tag or a branch name of the pin's git remote (a tag is recorded in the "
+             "new pin), or a pin file (.toml)")
 HELP = "move the series onto another upstream commit (or pin file), reporting every patch"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--onto", help="a full commit id of the pin's git remote, or a pin file (.toml)")
+    p.add_argument("--onto", help=ONTO_HELP)
     p.add_argument("--dry-run", action="store_true",
                    help="try every patch on the new base in a scratch index and print the table; change nothing")
     jsonout.add_option(p, "the table")
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         raise InputError("--fixed-upstream goes with --onto (it runs before the series moves)")
     if args.dry_run:
         if not args.onto or args.cont or args.skip or args.abort:
-            raise InputError("--dry-run needs --onto COMMIT|PIN_FILE (and no --continue/--skip/--abort)")
+            raise InputError("--dry-run needs --onto COMMIT|TAG|PIN_FILE (and no --continue/--skip/--abort)")
         return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args, "rebase", "onto")
     if args.abort:
         abort_rebase(project)
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     elif args.onto:
         result = rebase(project, args.onto, _check(args, project))
     else:
-        raise InputError("rebase needs --onto COMMIT|PIN_FILE (or --continue / --skip / --abort)")
+        raise InputError("rebase needs --onto COMMIT|TAG|PIN_FILE (or --continue / --skip / --abort)")
     if result.report is None:
         print_outcomes(result.outcomes)
         jsonout.emit(args, "rebase", {"old": result.old_pin.commit, "new": result.new_pin.commit, "dry_run": False,
@@ -82,7 +84,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     else:
         print_report(result.report)
         jsonout.emit(args, "rebase", result.report.as_json())
-    console.print(f"rebased from {result.old_pin.commit[:12]} onto {result.new_pin.commit[:12]}; "
+    onto = result.new_pin.commit[:12] + (f" ({result.new_pin.tag})" if result.new_pin.tag else "")
+    console.print(f"rebased from {result.old_pin.commit[:12]} onto {onto}; "
                   f"pin {project.pin_file.name} and {project.patches_dir.name}/ updated"
                   + (f"; table written to {result.report_file}" if result.report_file else ""))
     if result.report is not None:

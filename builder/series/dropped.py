@@ -1,4 +1,5 @@
-"""`patches/dropped`: the append-only log of the patches `bump --drop-fixed` took out of the series.
+"""`patches/dropped`: the append-only log of the patches taken out of the series: by `bump --drop-fixed`
+(upstream fixed them) and by `drop N --reason WHY` (a person's reason).
 
 A patch leaves the series through a bump only when upstream fixed its bug, and the log says which,
 where and by what evidence, so that a patch that comes back (a revert, a merge that resurrects
@@ -27,15 +28,19 @@ MERGED = "merged"
 """An upstream commit between the pins has the patch's patch-id (its very diff)."""
 ALREADY_UPSTREAM = "already-upstream"
 """The patch's diff applies in reverse on the new upstream (it has it), as rebase finds it."""
-WHY = (FIXED_UPSTREAM, MERGED, ALREADY_UPSTREAM)
+BY_HAND = "by-hand"
+"""A person dropped it (`patchset drop N --reason WHY`); the evidence is their reason."""
+WHY = (FIXED_UPSTREAM, MERGED, ALREADY_UPSTREAM, BY_HAND)
 
 HEADER = f"""\
-# Patches taken out of the series because upstream fixed their bug (`patchset bump --drop-fixed`).
+# Patches taken out of the series: upstream fixed their bug (`patchset bump --drop-fixed`), or a
+# person dropped them and said why (`patchset drop N --reason WHY`).
 # Append-only: patchset adds one line per dropped patch at the end and never rewrites one;
 # `patchset check` reads it (docs/upstream.md). One record a line, five fields separated by tabs:
 # patch	patch-id	upstream commit	why	evidence
 # why: {FIXED_UPSTREAM} (its own test passes on upstream without the fix), {MERGED} (an upstream
-# commit has its patch-id), {ALREADY_UPSTREAM} (its diff applies in reverse on upstream).
+# commit has its patch-id), {ALREADY_UPSTREAM} (its diff applies in reverse on upstream), {BY_HAND}
+# (dropped by a person: the commit is the pin it was dropped on, the evidence their reason).
 """
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -51,9 +56,10 @@ class DropRecord:
     patch_id: str
     """`git patch-id --stable` of its diff (40 hex)."""
     commit: str
-    """The upstream commit that has the fix: the one with its patch-id, else the new pin (40 hex)."""
+    """The upstream commit that has the fix: the one with its patch-id, else the new pin; by hand:
+    the pin it was dropped on (40 hex)."""
     why: str
-    """fixed-upstream, merged or already-upstream."""
+    """fixed-upstream, merged, already-upstream or by-hand."""
     evidence: str
     """In words, one line: the cases that pass now, the patch-id match, the reverse apply."""
 
@@ -135,6 +141,42 @@ def append(patches_dir: Path, records: list[DropRecord]) -> None:
     if old and not old.endswith(b"\n"):
         old += b"\n"
     atomic_write(path, old + "".join(r.line() for r in records).encode())
+
+
+def by_hand(patch: Path, pin_commit: str, reason: str) -> DropRecord:
+    """The record of `patch` dropped by a person on the pin `pin_commit`, for `reason`."""
+    if not reason.strip():
+        raise SeriesError("--reason: say why the patch goes (one line, for patches/dropped)")
+    pid = next(iter(patch_ids(patch.read_text(encoding="utf-8", errors="replace"))), "")
+    return DropRecord(patch.name, pid, pin_commit, BY_HAND, reason)
+
+
+def restore(patches_dir: Path, before: str | None) -> None:
+    """The log as it was (`before`: its text, None: there was none), for a rolled-back or undone drop."""
+    path = log_file(patches_dir)
+    if before is None:
+        path.unlink(missing_ok=True)
+    elif not path.is_file() or path.read_text(encoding="utf-8", errors="replace") != before:
+        atomic_write(path, before.encode())
+
+
+def unlog_back(patches_dir: Path, names: list[str]) -> bool:
+    """Remove the log's last record when it is a by-hand drop of a patch that is back in the series
+    (`names`: an undone `drop --reason`); True when it did. The earlier bytes stay as they were."""
+    path = log_file(patches_dir)
+    records, findings = parse(path)
+    if findings or not records:
+        return False
+    n, last = records[-1]
+    if last.why != BY_HAND or stem(last.patch) not in {stem(name) for name in names}:
+        return False
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    rest = "".join(lines[:n - 1])
+    if rest == HEADER:  # the drop made the log: it goes with its record
+        path.unlink()
+    else:
+        atomic_write(path, rest.encode())
+    return True
 
 
 def series_patch_ids(series: Series) -> dict[str, str]:

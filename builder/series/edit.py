@@ -33,6 +33,7 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
+from builder.series import dropped as droplog
 from builder.series import movesnap
 from builder.series.model import UPSTREAM_STATES, _upstream_problem, read_series_file
 from builder.series.refresh import current_mails, format_key, format_mails, stale_files, write_series
@@ -150,6 +151,8 @@ def recover(project: Project, work: WorkRepo) -> None:
         for stray in project.patches_dir.glob("*.patch"):
             if stray.name not in keep:
                 stray.unlink()
+        if "log" in data:
+            droplog.restore(project.patches_dir, data["log"])
     if data.get("ref") and (data.get("verb") == "undo" or state.applied_head != data["new"]):
         work.git.run("update-ref", "-d", data["ref"], check=False)
     journal.unlink(missing_ok=True)
@@ -259,13 +262,20 @@ def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
     return tip
 
 
-def _rewrite(project: Project, work: WorkRepo, verb: str, old: str, new: str) -> EditResult:
-    """Move `patched` from `old` to `new`, write patches/ and the state; the journal first, so that
-    a killed run is rolled back by the next one (`recover`)."""
+def _rewrite(project: Project, work: WorkRepo, verb: str, old: str, new: str,
+             log: droplog.DropRecord | None = None) -> EditResult:
+    """Move `patched` from `old` to `new`, write patches/ and the state (and `log` appended to
+    patches/dropped); the journal first, so that a killed run is rolled back by the next one (`recover`)."""
     ref = next_recovery_ref(work.git, verb)
-    atomic_write_text(_journal(work), json.dumps({"verb": verb, "old": old, "new": new, "ref": ref}) + "\n")
+    step: dict[str, str | None] = {"verb": verb, "old": old, "new": new, "ref": ref}
+    if log is not None:
+        path = droplog.log_file(project.patches_dir)
+        step["log"] = path.read_text(encoding="utf-8") if path.is_file() else None
+    atomic_write_text(_journal(work), json.dumps(step) + "\n")
     work.git.update_ref(ref, old, f"patchset {verb}")
     work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, new)
+    if log is not None:
+        droplog.append(project.patches_dir, [log])
     _write_back(project, work)
     _journal(work).unlink(missing_ok=True)
     return EditResult(verb, ref, tuple(_listed(project)))
@@ -303,13 +313,16 @@ def _on_patch(project: Project, verb: str, n: int) -> Iterator[tuple[WorkRepo, s
         yield work, head, commits, _pick(commits, n)
 
 
-def drop(project: Project, n: int) -> EditResult:
-    """Remove patch `n` from the series (the later ones replayed without it)."""
+def drop(project: Project, n: int, reason: str = "") -> EditResult:
+    """Remove patch `n` from the series (the later ones replayed without it); with `reason`, its
+    record appended to patches/dropped (by-hand), in the same step."""
     with _on_patch(project, "drop", n) as (work, head, commits, i):
         base = commits[i - 1] if i else work.git.out("rev-parse", UPSTREAM)
         names = {c: k for k, c in enumerate(commits, 1)}
         new = _replay(work.git, base, commits[i + 1:], names)
-        return _rewrite(project, work, "drop", head, new)
+        log = (droplog.by_hand(project.patches_dir / _listed(project)[i], load_pin(project.pin_file).commit, reason)
+               if reason else None)
+        return _rewrite(project, work, "drop", head, new, log)
 
 
 def move(project: Project, n: int, before: int) -> EditResult:
@@ -494,6 +507,8 @@ def undo(project: Project) -> UndoResult:
         _edit_file(work).unlink(missing_ok=True)
         work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, last.commit)
         _write_back(project, work)
+        if last.verb == "drop":  # a `drop --reason` logged the patch that is back now
+            droplog.unlog_back(project.patches_dir, _listed(project))
         work.git.run("update-ref", "-d", last.ref)
         _journal(work).unlink(missing_ok=True)
         return UndoResult(last, tuple(have[:-1]), tuple(_listed(project)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series import dryrun, movesnap
+from builder.series import dryrun, movesnap, refname
 from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
 from builder.series.edit import next_recovery_ref
@@ -93,17 +92,20 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
 
 
 def target_pin(current: Pin, onto: str) -> Pin:
-    """The pin to move to: a pin file, or a commit id of the current pin's git remotes."""
+    """The pin to move to: a pin file, a commit id of the current pin's git remotes, or a tag or
+    branch name of theirs (a tag is recorded in the new pin)."""
     path = Path(onto)
     if path.suffix == ".toml" or path.is_file():
         return load_pin(path)
-    if not re.fullmatch(r"[0-9a-f]{40}", onto):
-        raise InputError(f"--onto '{onto}': give a full 40-hex commit id or a pin file (.toml)")
     gits = tuple(s for s in current.sources if isinstance(s, GitSource))
     if not gits:
         raise InputError(f"--onto {onto}: the current pin has no git source to fetch a commit from; give a pin file")
+    commit, tag = onto, ""
+    if refname.is_name(onto):
+        named = refname.resolve(current, onto, "--onto")
+        commit, tag = named.commit, named.tag
     # the tree is not known yet: it is taken from the fetched commit, which its id verifies
-    return dataclasses.replace(current, commit=onto, tag="", date="", tree="", tree_note="", sources=gits)
+    return dataclasses.replace(current, commit=commit, tag=tag, date="", tree="", tree_note="", sources=gits)
 
 
 def rebase(project: Project, onto: str, check: Check | None = None,

@@ -281,3 +281,22 @@ def test_a_reverted_hunk_that_hangs_the_test_is_caught_at_its_limit(tmp_path: Pa
     # a run stopped at its limit has no signal of its own: the reason says it did not finish, not "exit -9"
     assert "did not finish in 2s" in spin["reason"] and "exit -9" not in spin["reason"], spin["reason"]
     assert v.outcome == PROVEN, v.reason
+
+
+def test_a_reverted_hunk_that_only_the_link_refuses_is_not_built(tmp_path: Path) -> None:
+    """A hunk whose reverted tree compiles file by file but does not link (the definition of a function the
+    fix calls): its tree did not build, so it has no test results to confirm over runs. Seen crashing
+    (`zip()` of no results with one run list per test) before the runs were read after the build's check."""
+    fixed = (CALC_C.replace("    return a - b;", "    return a + b + calc_base();")
+             + "\n" + filler("gap") + "int calc_base(void) { return 0; }\n")
+    header = CALC_H.replace("int calc_mul(int a, int b);\n", "int calc_mul(int a, int b);\nint calc_base(void);\n")
+    src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CALC_H,
+                                   "ggml/src/calc.c": CALC_C})
+    commit_files(src, {"ggml/src/calc.c": fixed, "ggml/include/calc.h": header,
+                       "tests/test-add.cpp": program_source("add", "calc_add(2, 3)", 5)},
+                 "calc : add adds" + trailers("cpu", "test-add"))
+    project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
+    (v,) = verify(project, backends=["cpu"], hunks=True, confirm=2).verdicts
+    built = [h for h in v.hunks if h["reason"] == "does not build"]
+    assert [(h["file"], h["outcome"]) for h in built] == [("ggml/src/calc.c", hk.NOT_BUILT)], v.hunks
+    assert any("calc_base" in e for e in built[0]["errors"]), built[0]["errors"]

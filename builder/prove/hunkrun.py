@@ -105,12 +105,13 @@ class HunkRunner:
         self.progress.end()
         step = self.builder.run_tree(f"hunk-{job.n}", commit, patch, backend, tests, timeout, record_inputs=False,
                                      confirm=self.confirm)
-        found = [runner.steady_failures(r, m) for r, m in zip(self.builder.last_results, self.builder.last_confirm,
-                                                               strict=True)]
         if not step.build_ok:
             return hk.result(unit, hk.NOT_BUILT, "does not build",
                              errors=hk.relative(step.build_errors[:10], self.builder.src), commit=commit,
                              build_duration_s=step.build_duration_s)
+        # a tree that did not build ran no test: only a built one has runs to confirm
+        found = [runner.steady_failures(r, m) for r, m in zip(self.builder.last_results, self.builder.last_confirm,
+                                                               strict=True)]
         failing = tuple(line for t in step.tests for line in t.get("failing", ()))
         if step.verdict == words.TREE_FAILS and not any(steady for steady, _ in found):
             flips = "; ".join(f"`{c}` {how}" for _, flaky in found for c, how in flaky.items())

@@ -92,14 +92,14 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     report = verify(project, backends=["cpu"])
     outcomes = {v.patch: v for v in report.verdicts}
     names = sorted(outcomes)
-    assert len(names) == 5
-    nil_lookup, eval_status, opt_free, grad_inplace, acc_set = names
+    assert len(names) == 6
+    nil_lookup, eval_status, opt_free, grad_inplace, acc_set, nil_fails_graph = names
     assert outcomes[eval_status].outcome == PROVEN, outcomes[eval_status].reason
     assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
     # a fix to the test program itself: the tree before it aborts in grad mode
     assert outcomes[grad_inplace].outcome == PROVEN, outcomes[grad_inplace].reason
     # metal-linux is here only where its toolchain is built in this cache (the metal-linux module may have linked it)
-    for metal_patch in (nil_lookup, acc_set):
+    for metal_patch in (nil_lookup, acc_set, nil_fails_graph):
         assert outcomes[metal_patch].outcome in ("needs metal", "needs metal metal-linux"), outcomes[metal_patch]
     assert report.ok and not report.regressed
     # patch 5's (the Metal ACC/SET fix) tests run on the CPU with the fix, and pass there
@@ -123,6 +123,19 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
     assert FAILED not in {s["verdict"] for s in data["steps"]}
+
+
+def test_patch_3s_proof_cases_are_the_same_in_ten_runs(project: Project, built) -> None:
+    """Issue 43 point 3: no case of patch 3's tests rests on freed memory, so its before tree fails the same
+    cases in each of ten runs (confirmed by verify's own runs: a case that flips is `flaky`, never proof)."""
+    (v,) = verify(project, ["3"], backends=["cpu"], confirm=10, reuse=False).verdicts
+    assert v.outcome == PROVEN, v.reason
+    data = json.loads(v.evidence_json.read_text())
+    assert data["conditions"]["confirm"] == 10
+    proof = [c for c in data["cases"] if c["role"] == "proof"]
+    assert proof and not [c for c in data["cases"] if c["role"].startswith("flaky")], data["cases"]
+    before = next(s for s in data["steps"] if s["tree"] == "before")
+    assert all(len(t.get("runs", ())) == 9 for t in before["tests"] if t["verdict"] != "passed"), before["tests"]
 
 
 def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:

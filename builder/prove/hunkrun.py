@@ -21,7 +21,9 @@ class HunkRunner:
         self.builder = builder
         self.work = builder.work
         self.progress = progress
-        self.syntax_tree = builder.project.state_dir / "verify" / "syntax"
+        # one per lane of the scheduler, as the lane's worktree
+        self.syntax_tree = builder.project.state_dir / "verify" / ("syntax" + (f"-{builder.lane}" if builder.lane
+                                                                              else ""))
 
     def run(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
             timeout: Limits = None) -> list[hk.HunkResult]:

@@ -25,8 +25,10 @@ def _run(base: Path, src: Path, lanes: int) -> tuple[VerifyReport, dict]:
     for v in report.verdicts:
         e = evidence.load(project.evidence_dir, v.patch, v.backend)
         assert e is not None
-        found[v.patch] = {"outcome": e.outcome, "reason": e.reason, "cases": e.cases, "hunks": [{k: h[k] for k in ("file", "lines", "outcome", "reason", "failing", "errors", "commit")}
-                                     for h in e.hunks],
+        # the hunks without their times and log paths
+        hunks = [{k: h[k] for k in ("file", "lines", "outcome", "reason", "failing", "errors", "commit")}
+                 for h in e.hunks]
+        found[v.patch] = {"outcome": e.outcome, "reason": e.reason, "cases": e.cases, "hunks": hunks,
                           "steps": [(s.tree, s.label, s.build_ok, s.verdict) for s in e.steps]}
     return report, found
 

@@ -10,7 +10,10 @@ seconds, and say where they come from:
 - `ninja log`: the compile times of the test programs in an earlier build folder's `.ninja_log`,
   plus a second per test run;
 - `estimate`: no earlier run: one unit per test program, and a big file weighs its size in units of
-  BIG_FILE_BYTES (test-backend-ops.cpp, ~400 kB, is the big one), at UNIT_S seconds a unit.
+  BIG_FILE_BYTES (test-backend-ops.cpp, ~400 kB, is the big one), at UNIT_S seconds a unit; a
+  program whose source is the same as in the lane's tree before is not compiled again (one unit for
+  what else changed), and one second per test run. The library's first build in a lane is not
+  counted (the compiler cache shares it between lanes).
 
 The critical path is the longest chain; with fewer lanes than chains a run takes at least the sum
 of the chains over the lanes (the `bound`).
@@ -26,7 +29,6 @@ from builder.prove import evidence as ev
 from builder.prove.trees import Trees
 from builder.series.model import Patch, TestSpec
 
-SCHEMA = "patchset-plan/1"
 BIG_FILE_BYTES = 40_000
 UNIT_S = 2.0
 
@@ -124,7 +126,7 @@ class Plan:
         return [{"backend": c.backend, "patch": c.patch} for c in self.chains]
 
     def to_json(self) -> dict:
-        return {"format": SCHEMA, "schema": SCHEMA, "command": self.command, "lanes": self.lanes,
+        return {"command": self.command, "lanes": self.lanes,
                 "slots": self.slots, "nodes": [n.to_json() for n in self.nodes],
                 "chains": [{"patch": c.patch, "backend": c.backend, "nodes": [n.id for n in c.nodes],
                             "cost_s": round(c.cost_s, 1)} for c in self.chains],
@@ -142,12 +144,21 @@ class Costs:
         self.build_root = build_root
         self._logs: dict[str, dict[str, float]] = {}
 
-    def of(self, patch: Patch, backend: str, tree: str, commit: str, tests: list[TestSpec]) -> tuple[float, str]:
+    def of(self, patch: Patch, backend: str, tree: str, commit: str, tests: list[TestSpec],
+           previous: str | None = None) -> tuple[float, str]:
+        """The cost of `commit`'s tree, built in a lane whose last tree was `previous` (a program whose
+        source is the same there is not compiled again: it costs one unit, for what else changed)."""
         old = ev.load(self.evidence_dir, patch.name, backend)
         step = next((s for s in old.steps if s.tree == tree), None) if old else None
         if step is not None and not old.reused:  # type: ignore[union-attr]
             return step.build_duration_s + sum(float(t.get("duration_s", 0)) for t in step.tests), "evidence"
         programs = tuple(dict.fromkeys(t.program for t in tests))
+        if previous is not None:
+            same = [p for p in programs if self.git.blob(commit, f"tests/{p}.cpp") == self.git.blob(
+                previous, f"tests/{p}.cpp")]
+            programs = tuple(p for p in programs if p not in same)
+            if not programs:
+                return UNIT_S + len(tests), "estimate"
         logged = self._ninja_log(backend)
         if programs and all(p in logged for p in programs):
             return sum(logged[p] for p in programs) + len(tests), "ninja log"
@@ -189,9 +200,11 @@ def chain(patch: Patch, trees: Trees, backend: str, tests: list[TestSpec], *, pr
             kinds.append(("parent", trees.parent, WHY["parent"]))
     nodes: list[Node] = []
     waits = after_steps
+    previous: str | None = None
     for kind, commit, why in kinds:
         cost, source = costs.of(patch, backend, kind.split("-")[0] if kind.startswith("mutation") else kind,
-                                commit, tests)
+                                commit, tests, previous)
+        previous = commit
         node = Node(f"{patch.name}:{backend}:{kind}", patch.name, backend, kind, commit, waits, why, cost, source)
         nodes.append(node)
         waits = (node.id,)

@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,18 +97,21 @@ def available_backends() -> list[str]:
     return found
 
 
+STAND_INS = ("metal-linux", "metal-replay")
+"""The backends that stand in for Metal on a machine without it, best first: the tree's own Metal host
+code on patchset's Objective-C stand-in (where its toolchain is built), else the host-side replay."""
+
+
 def stand_in(patch: Patch, backend: str, here: list[str] | None = None) -> str | None:
-    """The backend that proves `patch` on this machine when `backend` cannot: the Metal replay
-    (metal-replay), for a patch that declares it in Patchset-Backends, on a machine that has the
-    replay and no Metal. None when `backend` is one the patch's proof runs on, or nothing here can
-    stand in (the patch then stays `needs ...`)."""
+    """The backend that proves `patch` on this machine when `backend` cannot: the best of STAND_INS
+    that the patch declares in Patchset-Backends and this machine has, on a machine without Metal.
+    None when `backend` is one the patch's proof runs on, or nothing here can stand in (the patch
+    then stays `needs ...`)."""
     here = available_backends() if here is None else here
     declared = patch.meta.backends
-    if backend in declared or "metal" in here:
+    if backend in declared or "metal" in here or backend in STAND_INS:
         return None
-    if "metal-replay" in declared and "metal-replay" in here and backend != "metal-replay":
-        return "metal-replay"
-    return None
+    return next((b for b in STAND_INS if b in declared and b in here), None)
 
 
 @dataclass(frozen=True)
@@ -194,33 +197,32 @@ class Verifier:
         other.hunk_runner = HunkRunner(other.builder, other.progress)
         return other
 
-    def plan(self, chosen: list[Patch], trees: dict[int, Trees], backends: list[str], command: str = "verify",
+    def plan(self, pairs: list[tuple[Patch, str]], trees: dict[int, Trees], command: str = "verify",
              steps: tuple[plan_mod.Node, ...] = ()) -> plan_mod.Plan:
-        """What proving `chosen` on `backends` will build and run (nothing is built; evidence whose key
+        """What proving each patch of `pairs` on its backend will build and run (nothing is built; evidence whose key
         still holds builds nothing; an earlier proof that may carry over is planned as proven again)."""
         here = available_backends()
         costs = plan_mod.Costs(self.work.git, self.project.evidence_dir, self.project.build_root)
         chains: list[plan_mod.Chain] = []
         settled: list[plan_mod.Settled] = []
         after_steps = tuple(n.id for n in steps[-1:])
-        for patch in chosen:
-            for backend in backends:
-                tests = self._tests(patch, backend)
-                old = ev.load(self.project.evidence_dir, patch.name, backend) if self.reuse else None
-                declared = patch.meta.backends
-                if old is not None and not old.reused and old.key == self.keys.key(
-                        patch, trees[patch.index], backend, tests) and (old.hunks_checked or not self.hunks):
-                    settled.append(plan_mod.Settled(patch.name, backend, f"the evidence of {old.created} holds "
-                                                    f"({old.outcome}): same trees"))
-                elif backend in declared and backend not in here:
-                    settled.append(plan_mod.Settled(patch.name, backend, f"no {backend} backend on this machine"))
-                elif not tests:
-                    settled.append(plan_mod.Settled(patch.name, backend, f"the patch declares no test for {backend}"))
-                else:
-                    needs = " ".join(b for b in declared if b not in here) or " ".join(declared)
-                    chains.append(plan_mod.chain(patch, trees[patch.index], backend, tests,
-                                                 proves=backend in declared, needs=needs, hunks=self.hunks,
-                                                 costs=costs, after_steps=after_steps))
+        for patch, backend in pairs:
+            tests = self._tests(patch, backend)
+            old = ev.load(self.project.evidence_dir, patch.name, backend) if self.reuse else None
+            declared = patch.meta.backends
+            if old is not None and not old.reused and old.key == self.keys.key(
+                    patch, trees[patch.index], backend, tests) and (old.hunks_checked or not self.hunks):
+                settled.append(plan_mod.Settled(patch.name, backend, f"the evidence of {old.created} holds "
+                                                f"({old.outcome}): same trees"))
+            elif backend in declared and backend not in here:
+                settled.append(plan_mod.Settled(patch.name, backend, f"no {backend} backend on this machine"))
+            elif not tests:
+                settled.append(plan_mod.Settled(patch.name, backend, f"the patch declares no test for {backend}"))
+            else:
+                needs = " ".join(b for b in declared if b not in here) or " ".join(declared)
+                chains.append(plan_mod.chain(patch, trees[patch.index], backend, tests,
+                                             proves=backend in declared, needs=needs, hunks=self.hunks,
+                                             costs=costs, after_steps=after_steps))
         chains.sort(key=lambda c: -c.cost_s)
         slots = self.jobs or os.cpu_count() or 1
         return plan_mod.Plan(command, schedule.lanes_for(len(chains), self.jobs, self.lanes), slots, tuple(chains),
@@ -496,24 +498,38 @@ def verify(project: Project, names: list[str] | None = None, backends: list[str]
            progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
            cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
            hunks: bool = False, lanes: int | None = None,
-           on_verdict: Callable[[PatchVerdict], None] | None = None) -> VerifyReport:
-    """Prove `names` (default: every patch) on `backends`; `on_verdict` gets each verdict as soon as it
-    and every one before it in series order are known."""
+           on_verdict: Callable[[PatchVerdict], None] | None = None,
+           also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+    """Prove `names` (default: every patch) on `backends`, and the patches `also` names on its backends
+    (`all`'s stand-ins), all in one schedule; `on_verdict` gets each verdict as soon as it and every one
+    before it in series order are known."""
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
         return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks, lanes=lanes),
-                       names, backends, on_verdict)
+                       names, backends, on_verdict, also)
 
 
 def plan(project: Project, names: list[str] | None = None, backends: list[str] | None = None, *,
          reuse: bool = True, jobs: int | None = None, hunks: bool = False, lanes: int | None = None,
-         command: str = "verify", steps: tuple[plan_mod.Node, ...] = ()) -> plan_mod.Plan:
+         command: str = "verify", steps: tuple[plan_mod.Node, ...] = (),
+         also: Mapping[str, list[str]] | None = None) -> plan_mod.Plan:
     """The plan `verify` with these arguments would run (`verify --plan`): the trees are made (git
     objects and refs only), nothing is built."""
     with project_lock(project.lock_file, purpose="verify --plan"):
         v = Verifier(project, None, reuse, jobs, timeout=None, hunks=hunks, lanes=lanes)
-        chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
-        return v.plan(chosen, v.make_trees(), _backends(backends), command, steps)
+        pairs = _pairs(v, names, _backends(backends), also)
+        return v.plan(pairs, v.make_trees(), command, steps)
+
+
+def _pairs(v: Verifier, names: list[str] | None, backends: list[str],
+           also: Mapping[str, list[str]] | None) -> list[tuple[Patch, str]]:
+    """Each patch and backend to prove, in series order (then the backends' order)."""
+    chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
+    extra = {(n, b) for b, ns in (also or {}).items() for n in ns}
+    order = [*backends, *(also or {})]
+    pairs = [(p, b) for p in v.series.patches for b in order
+             if (p in chosen and b in backends) or (p.name, b) in extra]
+    return pairs
 
 
 def _backends(backends: list[str] | None) -> list[str]:
@@ -524,14 +540,14 @@ def _backends(backends: list[str] | None) -> list[str]:
 
 
 def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
-            on_verdict: Callable[[PatchVerdict], None] | None = None) -> VerifyReport:
-    chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
+            on_verdict: Callable[[PatchVerdict], None] | None = None,
+            also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+    pairs = _pairs(v, names, _backends(backends), also)
     trees = v.make_trees()
-    backends = _backends(backends)
     # from the head of the series down: neighbouring trees differ least, so each switch of the
     # one verify worktree recompiles little
-    plan = [(patch, backend) for patch in reversed(chosen) for backend in backends]
-    series_order = [(p.name, b) for p in chosen for b in backends]
+    plan = list(reversed(pairs))
+    series_order = [(p.name, b) for p, b in pairs]
     report = schedule.InOrder(series_order, on_verdict)
     verdicts = []
     # first what the evidence on disk still answers (nothing built), so that no build makes a
@@ -556,17 +572,17 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))
             report.add((patch.name, backend), verdicts[-1])
     else:
-        verdicts += _in_lanes(v, todo, trees, backends, lanes, report)
+        verdicts += _in_lanes(v, todo, trees, lanes, report)
     order = {key: n for n, key in enumerate(series_order)}
     return VerifyReport(tuple(sorted(verdicts, key=lambda x: order[(x.patch, x.backend)])))
 
 
-def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees], backends: list[str], lanes: int,
+def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees], lanes: int,
               report: schedule.InOrder) -> list[PatchVerdict]:
     """The patches of `todo` proven in `lanes` lanes at once, the longest chains first, every build on
     one jobserver of the run's job slots (builder/prove/schedule.py)."""
     by_key = {(p.name, b): (p, b) for p, b in todo}
-    planned = v.plan([p for p, _ in todo], trees, backends)
+    planned = v.plan(todo, trees)
     chains = [by_key.pop((c.patch, c.backend)) for c in planned.chains if (c.patch, c.backend) in by_key]
     # what builds no tree (`needs cuda`, no test for the backend) last: it takes no time
     chains += by_key.values()

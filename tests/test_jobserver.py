@@ -89,3 +89,21 @@ def test_slots_block_until_one_is_given_back() -> None:
             assert got == []
         t.join(2)
         assert got == ["third"]
+
+
+def test_test_programs_run_one_at_a_time() -> None:
+    # a lane's test program (every core's threads) never runs beside another lane's
+    with Jobserver(3) as pool:
+        got: list[str] = []
+
+        def other_lane() -> None:
+            with pool.slot(), pool.alone():
+                got.append("other")
+
+        with pool.slot(), pool.alone():
+            t = threading.Thread(target=other_lane)
+            t.start()
+            t.join(0.3)
+            assert got == []
+        t.join(2)
+        assert got == ["other"]

@@ -5,7 +5,8 @@ its own (an explicit `-j` wins over the jobserver), it runs one job on its impli
 a token from the fifo for each further one. One pool of N slots (N-1 tokens in the fifo, and the
 implicit slot this process holds) bounds every ninja of a run together, however many trees build
 at once. A lane of the scheduler takes a slot (`slot()`) for as long as it builds or tests a tree:
-its ninja's implicit job and its test programs run on that slot.
+its ninja's implicit job runs on that slot. A test program's threads use every core (and ggml's
+spin while they wait for each other): one runs at a time (`alone()`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Jobserver:
         self._fd = os.open(self.fifo, os.O_RDWR | os.O_NONBLOCK)
         os.write(self._fd, TOKEN * (self.slots - 1))
         self._implicit = threading.Lock()
+        self._alone = threading.Lock()
         self._closed = False
 
     @property
@@ -68,6 +70,14 @@ class Jobserver:
             yield
         finally:
             self._give(implicit)
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """One test program at a time among the lanes, each on its lane's slot: a test program's
+        threads use every core and ggml's spin while they wait for each other, so two at once run
+        many times slower (measured on 16 cores). Builds of other lanes go on meanwhile."""
+        with self._alone:
+            yield
 
     def close(self) -> None:
         if not self._closed:

@@ -11,7 +11,8 @@ tree `patchset build` built already is built in its own folder instead. What eac
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from builder.compile import cmakebuild as buildmod
@@ -76,6 +77,9 @@ class TreeBuilder:
         """The scheduler's lane (builder/prove/schedule.py): its own worktree and build folders."""
         self.jobserver = jobserver
         """MAKEFLAGS of the run's jobserver, which every build joins (None: `jobs` of its own)."""
+        self.test_gate: Callable[[], AbstractContextManager[object]] = nullcontext
+        """Held around each test program's run: in lanes, one test program at a time (its threads
+        use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
         self.src = lane_src(project, lane)
         self._checked_out: str | None = None
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
@@ -90,7 +94,8 @@ class TreeBuilder:
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
         self._libraries: dict[str, pytests.Library] = {}
 
-    def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink) -> TreeBuilder:
+    def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink,
+                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> TreeBuilder:
         """A builder like this one in the scheduler's `lane` (its own worktree and build folders), joining
         `jobserver`; what builds read and the libraries found are shared with this one (the evidence's
         keys read them)."""
@@ -98,6 +103,7 @@ class TreeBuilder:
                             timeout=self.timeout, lane=lane, jobserver=jobserver)
         other.inputs = self.inputs
         other._libraries = self._libraries
+        other.test_gate = test_gate
         return other
 
     def checkout(self, commit: str) -> None:
@@ -172,8 +178,9 @@ class TreeBuilder:
         for i, t in enumerate(tests, 1):
             inv = invocation(t, backend)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.program}", None)
-            r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
-                                    timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
+            with self.test_gate():
+                r = testrun.run_program(result.bin_dir, inv, log_dir / f"{kind}-{i}-{inv.program}.log",
+                                        timeout=self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
             self.last_results.append(r)
             runs.append(_run_record(inv, r))
@@ -214,8 +221,9 @@ class TreeBuilder:
         for i, t in enumerate(tests, 1):
             inv = testrun.Invocation(t.program, t.args)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.command}", None)
-            r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
-                            self.timeout if timeout is None else limit_of(timeout, inv.command))
+            with self.test_gate():
+                r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
+                                self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
             self.last_results.append(r)
             runs.append(_run_record(inv, r))

@@ -21,6 +21,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,12 +188,13 @@ class Verifier:
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
 
-    def in_lane(self, lane: int, jobserver: str | None) -> Verifier:
+    def in_lane(self, lane: int, jobserver: str | None,
+                test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
         """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
         and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is
         silent (lanes at once would garble one progress bar; their verdicts are reported as they finish)."""
         other = copy.copy(self)
-        other.builder = self.builder.for_lane(lane, jobserver, NullProgress())
+        other.builder = self.builder.for_lane(lane, jobserver, NullProgress(), test_gate)
         other.progress = NullProgress()
         other.hunk_runner = HunkRunner(other.builder, other.progress)
         return other
@@ -591,7 +593,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
 
         def prove(lane: int, job: tuple[Patch, str]) -> PatchVerdict:
             if lane not in verifiers:
-                verifiers[lane] = v.in_lane(lane, pool.makeflags)
+                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone)
             patch, backend = job
             start = time.perf_counter()
             proved = verifiers[lane].prove_patch(patch, trees[patch.index], backend)

@@ -2,9 +2,10 @@
 
 For patch k: before = pin + patches 1..k-1 + only patch k's test paths; after = pin + 1..k;
 mutation = after + the patch's known-bad variant. The trees are made with git plumbing in a
-temporary index (the user's work tree and patches/ are never touched), checked out one after
-another into one verify worktree, and built in one build folder per backend, so switching
-trees recompiles only the files that differ.
+temporary index (the user's work tree and patches/ are never touched). A patch's trees are checked
+out one after another into one verify worktree and built in one build folder per backend, so
+switching trees recompiles only the files that differ; independent patches are proven at once in
+lanes of their own (builder/prove/schedule.py), on one jobserver, longest first (builder/prove/plan.py).
 
 Each job in a class of its own: the trees (`trees.TreeMaker`), building and testing one tree
 (`treebuild.TreeBuilder`, which also reads the compile database), each hunk of a fix reverted

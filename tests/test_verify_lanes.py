@@ -11,6 +11,7 @@ from test_verify import project_dir  # noqa: F401 (the fixture)
 
 from builder.project import load_project
 from builder.prove import evidence
+from builder.prove.schedule import lanes_for
 from builder.prove.verify import VerifyReport, verify
 from builder.series.apply import apply
 
@@ -47,3 +48,10 @@ def test_lanes_give_the_verdicts_of_one_lane(project_dir: Path, tmp_path: Path, 
     project = load_project(root=root, cache_dir=tmp_path / f"cache-{lanes}")
     assert (project.verify_dir / "src-1").is_dir()
     assert (project.build_root / "verify-cpu-minimal-1").is_dir()
+
+
+def test_how_many_lanes() -> None:
+    # on 2 or 3 slots one lane (the sequential run); else at most one per two slots, one per chain
+    assert lanes_for(5, 2) == 1 and lanes_for(5, 3) == 1
+    assert 1 <= lanes_for(5, 16) <= 5 and lanes_for(20, 16) <= 8
+    assert lanes_for(5, 2, lanes=3) == 3 and lanes_for(2, 16, lanes=3) == 2 and lanes_for(1, 16) == 1

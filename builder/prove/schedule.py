@@ -46,8 +46,11 @@ def available_memory() -> int | None:
 
 
 def lanes_for(chains: int, jobs: int | None, lanes: int | None = None) -> int:
-    """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per
-    job slot and per LANE_MEMORY_BYTES available; `jobs=1` is one lane (the sequential run)."""
+    """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per two
+    job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane (the sequential
+    run). On 2 cores lanes cost more than they give: each lane's first build compiles the library
+    again where the compiler cache misses at once, and a cold `all` measured 339 CPU-s in one lane
+    and 393 in lanes (benchmarks/first_run.py)."""
     if chains <= 1:
         return 1
     if lanes is not None:
@@ -55,7 +58,7 @@ def lanes_for(chains: int, jobs: int | None, lanes: int | None = None) -> int:
     slots = jobs or os.cpu_count() or 1
     mem = available_memory()
     by_memory = max(1, mem // LANE_MEMORY_BYTES) if mem is not None else slots
-    return max(1, min(chains, slots, by_memory))
+    return max(1, min(chains, slots // 2, by_memory))
 
 
 class InOrder(Generic[K, R]):

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,27 @@ _GIT_KEEP = {
 
 _spawned = [0]
 _spawn_lock = threading.Lock()
+_live: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()
+_cancelled = threading.Event()
+
+
+class Cancelled(BaseException):
+    """Raised in a worker thread at its next subprocess or file write once `cancel()` was called (the
+    main thread was interrupted): a lane stops there, and writes nothing it found with killed programs."""
+
+
+def cancel() -> None:
+    """Stop every worker thread's work: their next subprocess or write raises Cancelled, and every
+    running child's process group is killed (a child in a session of its own gets no Ctrl-C)."""
+    _cancelled.set()
+    for p in list(_live):
+        if p.poll() is None:
+            _kill_group(p)
+
+
+def uncancel() -> None:
+    """After the workers have stopped: subprocesses run again (a library caller that goes on)."""
+    _cancelled.clear()
 
 
 def _subcommand(argv: tuple[str, ...]) -> str:
@@ -146,6 +168,8 @@ def fault_point(label: str) -> None:
     The points are the subprocesses this process starts (`_popen`) and the files it writes through
     `fsutil.atomic_write`, just before each; `label` is what the trace says of it.
     """
+    if _cancelled.is_set() and threading.current_thread() is not threading.main_thread():
+        raise Cancelled(label)
     with _spawn_lock:
         _spawned[0] += 1
         n = _spawned[0]
@@ -166,8 +190,10 @@ def _popen(argv: tuple[str, ...], cwd: Path | None, env: Mapping[str, str] | Non
     fault_point(f"{' '.join(argv[:6])} [{_subcommand(argv)}]")
     try:
         # a session of its own: at the limit the whole group goes, children of the program too
-        return subprocess.Popen(argv, cwd=cwd, env=clean_env(env), text=True, errors="replace",
-                                start_new_session=os.name == "posix", **kw)  # type: ignore[call-overload]
+        p = subprocess.Popen(argv, cwd=cwd, env=clean_env(env), text=True, errors="replace",
+                             start_new_session=os.name == "posix", **kw)  # type: ignore[call-overload]
+        _live.add(p)
+        return p
     except FileNotFoundError as e:
         raise ProcessError(argv, 127, "", f"{argv[0]}: not found") from e
     except PermissionError as e:

@@ -29,6 +29,8 @@ def test_the_replay_stands_in_for_metal_where_the_patch_declares_it() -> None:
         assert stand_in(p, "cpu", ["cpu"]) is None
         # asked for the replay itself, nothing stands in
         assert stand_in(p, "metal-replay", linux) is None
+        # where metal-linux's toolchain is built, the tree's own Metal host code is the better stand-in
+        assert stand_in(p, "cpu", [*linux, "metal-linux"]) == "metal-linux", p.name
     for p in cpu:
         # a cpu patch is proven on cpu; on the replay it is `needs`, with nothing to stand in
         assert stand_in(p, "cpu", linux) is None

@@ -10,7 +10,8 @@ is clean, patches/ and the pin are byte-identical to the never-killed run's. `pa
 removes what the killed run left behind.
 
 The series verbs `drop`, `move` and `mark` are killed the same way.
-The fast suite tries one point per command (verify's: between the two evidence files); the
+The fast suite tries one point per command (verify's: between the two evidence files; verify in two
+lanes at once: one lane's evidence half written while the other is at work); the
 integration marker six spread over each command's points (verify's test program runs and evidence
 writes among them), and every point with PATCHSET_FAULT_ALL=1.
 """
@@ -199,6 +200,20 @@ def verify_scenario(tmp_path: Path) -> Scenario:
     return s
 
 
+def verify_lanes_scenario(tmp_path: Path) -> Scenario:
+    """verify's scheduler: two patches proven in two lanes at once (two worktrees and build folders, one
+    jobserver), killed while one lane has written its evidence and the other is still at work."""
+    s = verify_scenario(tmp_path)
+    s.args = ("verify", "--backend", "cpu", "-j", "2", "--lanes", "2")
+    add = ({"tests/test-add2.cpp": program("ADD2", "calc_add(2, 3)", 5)},
+           "calc : a test of add\n\nPatchset-Status: pending\nPatchset-Backends: cpu\nPatchset-Test: test-add2\n"
+           "Patchset-Test-Paths: tests/test-add2.cpp\n")
+    work = s.root / ".patchset" / "work" / "llama.cpp"
+    commit(work, *add)
+    assert s.run("refresh")[0] == 0
+    return s
+
+
 def series_verb_scenario(*args: str) -> Callable[[Path], Scenario]:
     """A series verb (`drop`, `move`, `mark`) on the applied standard series."""
     def make(tmp_path: Path) -> Scenario:
@@ -262,7 +277,7 @@ def stand_in_scenario(tmp_path: Path) -> Scenario:
 
 SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "fetch": fetch_scenario, "apply": apply_scenario, "refresh": refresh_scenario, "rebase": rebase_scenario,
-    "verify": verify_scenario,
+    "verify": verify_scenario, "verify-lanes": verify_lanes_scenario,
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
     "undo-rebase": undo_move_scenario("rebase"), "apply-stand-in": stand_in_scenario,
@@ -340,6 +355,10 @@ def _verify_points(ref: Reference) -> list[int]:
 def _one_point(verb: str, ref: Reference) -> list[int]:
     if verb == "verify":
         return _verify_points(ref)[1:]
+    if verb == "verify-lanes":
+        # one lane's evidence half written (its JSON, not yet its Markdown), the other lane's patch at work
+        assert _first(ref, "verify-cpu-minimal-1"), "the second lane never built"
+        return [_first(ref, ".md [write]")]
     return [len(ref.points) // 2 + 1]
 
 

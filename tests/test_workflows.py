@@ -65,9 +65,19 @@ def patchset_calls(script: str) -> list[list[str]]:
     return calls
 
 
-def matrix_entries(job: dict) -> list[dict]:
-    """The job's matrix combinations, as GitHub expands them (axes, then include, less exclude)."""
+PLAN_MATRIX = re.compile(r"\$\{\{\s*fromJSON\(needs\.\w+\.outputs\.matrix\)\s*\}\}")
+"""A matrix taken from a plan (`verify --plan --json`'s `matrix`, verify-shards.yml)."""
+PLAN_ENTRIES = [{"backend": "cpu", "patch": "0002-ggml-opt.patch"}]
+"""The shape of a plan's matrix entry, for a workflow whose matrix is a plan's (tests/test_plan.py builds the
+real series' plan and checks its workflow calls with every entry)."""
+
+
+def matrix_entries(job: dict, plan: list[dict] | None = None) -> list[dict]:
+    """The job's matrix combinations, as GitHub expands them (axes, then include, less exclude); a plan's
+    matrix gives `plan` (default PLAN_ENTRIES)."""
     matrix = (job.get("strategy") or {}).get("matrix") or {}
+    if isinstance(matrix, str) and PLAN_MATRIX.fullmatch(matrix.strip()):
+        return plan if plan is not None else PLAN_ENTRIES
     if not isinstance(matrix, dict):
         return [{}]
     axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
@@ -85,12 +95,12 @@ def matrix_entries(job: dict) -> list[dict]:
     return combos + extra or [{}]
 
 
-def workflow_calls(workflow: Path) -> list[tuple[str, list[str]]]:
+def workflow_calls(workflow: Path, plan: list[dict] | None = None) -> list[tuple[str, list[str]]]:
     """(job and matrix entry, argv after `patchset`) of every patchset call in every run step."""
     doc = yaml.safe_load(workflow.read_text())
     found: list[tuple[str, list[str]]] = []
     for job_id, job in doc["jobs"].items():
-        for entry in matrix_entries(job):
+        for entry in matrix_entries(job, plan):
             where = f"{workflow.name} {job_id} {entry.get('name', '')}".strip()
             for step in job.get("steps", []):
                 script = step.get("run", "")

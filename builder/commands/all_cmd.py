@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -11,8 +13,15 @@ from builder.commands import jsonout
 from builder.commands.build_cmd import print_build
 from builder.commands.test_cmd import add_confirm, add_timeout, print_report
 from builder.commands.test_cmd import outcome as test_outcome
+from builder.commands.verify_cmd import (
+    add_plan_options,
+    check_lanes,
+    print_not_here,
+    print_plan,
+    print_verdict_line,
+    print_verdicts,
+)
 from builder.commands.verify_cmd import outcome as verify_outcome
-from builder.commands.verify_cmd import print_not_here, print_verdicts
 from builder.compile import cmakebuild as buildmod
 from builder.compile.cmakebuild import PROFILES
 from builder.compile.reports import report_dict, write_junit
@@ -23,7 +32,8 @@ from builder.locking import project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
 from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
-from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, stand_in, verify
+from builder.prove.plan import WHY, Node, Plan
+from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, plan, stand_in, verify
 from builder.series.model import load_series
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
@@ -37,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=list(PROFILES), default="cpu", help="backend to build, test and verify on")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
     p.add_argument("--no-verify", action="store_true", help="stop after the tests")
+    add_plan_options(p)
     p.add_argument("--junit", type=Path, help="write the test results as JUnit XML")
     jsonout.add_option(p, "the run (each phase with its seconds, reuse and ccache counters, the verdicts and the "
                           "test results; docs/all.md)", file=True)
@@ -45,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    check_lanes(args)
+    if args.plan:
+        return _plan(args, project)
     started = time.perf_counter()
     clock = PhaseClock()
     out: dict = {}
@@ -111,34 +125,82 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         return tested
     console.rule("verify")
     before = clock.stats()
+    replay = stand_ins(project, args.backend)
+    for sub, names in replay.items():
+        console.print(f"stand-in for Metal here: {sub} ({STAND_IN_WORDS[sub]}) for {', '.join(names)}",
+                      highlight=False)
     v = verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
-               confirm=args.confirm)
-    # a patch whose proof needs a backend this machine lacks is proven on the one that stands in for it
-    # here (the Metal replay), where the patch declares that one
-    here = available_backends()
-    replay: dict[str, list[str]] = {}
-    for p in load_series(project.patches_dir).patches:
-        sub = stand_in(p, args.backend, here)
-        if sub:
-            replay.setdefault(sub, []).append(p.name)
-    extra = [verify(project, names, backends=[sub], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
-                    confirm=args.confirm)
-             for sub, names in replay.items()]
+               confirm=args.confirm, lanes=args.lanes, on_verdict=print_verdict_line, also=replay)
     after = clock.stats()
     if before is not None and after is not None:
         clock.verify_ccache = after.minus(before)
-    shown = VerifyReport(tuple(x for r in (v, *extra) for x in r.verdicts))
-    for verdict in shown.verdicts:
+    for verdict in v.verdicts:
         clock.add(_verify_phase(verdict))
-    print_verdicts(shown, evidence=False)
-    print_not_here(shown)
-    return outcome(tested, (v, *extra))
+    print_verdicts(v, evidence=False)
+    print_not_here(v)
+    return outcome(tested, (v,))
 
 
 def outcome(tested: Outcome, reports: tuple[VerifyReport, ...]) -> Outcome:
     """The tests' outcome and verify's one rule over the verdicts of every backend the run verified on,
     as one report: a patch that needs metal on the CPU and is proven on its stand-in is proven in this run."""
     return Outcome.worst(tested, verify_outcome(VerifyReport(tuple(x for r in reports for x in r.verdicts))))
+
+
+STAND_IN_WORDS = {"metal-linux": "the tree's own Metal host code on patchset's Objective-C stand-in",
+                  "metal-replay": "the host-side Metal replay; metal-linux, the tree's own host code, needs "
+                                  "`patchset toolchain objc`"}
+
+
+STAND_IN_SHORT = {"metal-replay": "the host-side Metal replay, not a Mac",
+                  "metal-linux": "the tree's Metal host code on the Objective-C stand-in, not a Mac"}
+
+
+def stand_ins(project: Project, backend: str) -> dict[str, list[str]]:
+    """The patches whose proof needs a backend this machine lacks, by the backend that stands in for
+    it here (the best: metal-linux where its toolchain is built, else the Metal replay)."""
+    here = available_backends()
+    found: dict[str, list[str]] = {}
+    for p in load_series(project.patches_dir).patches:
+        sub = stand_in(p, backend, here)
+        if sub:
+            found.setdefault(sub, []).append(p.name)
+    return found
+
+
+def _plan(args: argparse.Namespace, project: Project) -> Outcome:
+    """`all --plan`: the patched tree's build and tests, then every proof (stand-ins included)."""
+    cost, source = _build_cost(build_dir(project, args.backend, "minimal"))
+    build = Node(f"all:{args.backend}:build", "", args.backend, "build", "", (), WHY["build"], cost, source)
+    test = Node(f"all:{args.backend}:test", "", args.backend, "test", "", (build.id,), WHY["test"], 0.0,
+                "not estimated")
+    steps = (build,) if args.no_verify else (build, test)
+    if args.no_verify:
+        planned = Plan("all", 1, args.jobs or os.cpu_count() or 1, (), (), (build, test))
+    else:
+        replay = stand_ins(project, args.backend)
+        planned = dataclasses.replace(
+            plan(project, backends=[args.backend], jobs=args.jobs, lanes=args.lanes, command="all", steps=steps,
+                 also=replay),
+            notes=tuple(f"stand-in for Metal here: {sub} ({STAND_IN_WORDS[sub]}) for {', '.join(names)}"
+                        for sub, names in replay.items()))
+    print_plan(planned)
+    jsonout.emit(args, "plan", planned.to_json())
+    return Outcome.OK
+
+
+def _build_cost(folder: Path) -> tuple[float, str]:
+    """The patched tree's build: the compile seconds its folder's ninja log records (every step, as one
+    core would take them), else not estimated."""
+    log = folder / ".ninja_log"
+    if not log.is_file():
+        return 0.0, "not estimated (no earlier build)"
+    total = 0.0
+    for line in log.read_text(errors="replace").splitlines()[1:]:
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            total += (int(parts[1]) - int(parts[0])) / 1000
+    return total, "ninja log"
 
 
 def _verify_phase(v: PatchVerdict) -> Phase:
@@ -158,18 +220,18 @@ def print_summary(report: AllReport) -> None:
                   title="patchset all: where the time went")
     for p in report.phases:
         what = p.detail if p.name != "verify" else f"{p.outcome} on {p.backend}" + (
-            " (the host-side Metal replay, not a Mac)" if p.backend == "metal-replay" else "")
+            f" ({STAND_IN_SHORT[p.backend]})" if p.backend in STAND_IN_SHORT else "")
         table.add_row(p.name, p.patch or "", f"{p.seconds:.1f}", "yes" if p.reused else "no",
                       "-" if p.ccache is None else f"{p.ccache.hits}/{p.ccache.misses}", what)
     console.print(table)
-    replayed = {p.patch for p in report.phases if p.name == "verify" and p.backend == "metal-replay"}
+    replayed = {p.patch: p for p in report.phases if p.name == "verify" and p.backend in STAND_IN_SHORT}
     needs = [p for p in report.phases if p.name == "verify" and p.patch in replayed and p.outcome
              and p.outcome.startswith(NEEDS)]
     for p in needs:
-        console.print(f"{p.patch}: {p.outcome} on {p.backend}; proven here on metal-replay instead (the host-side "
-                      "replay of the Metal backend)" if _replay_outcome(report, p.patch) == "proven" else
-                      f"{p.patch}: {p.outcome} on {p.backend}; on metal-replay: {_replay_outcome(report, p.patch)}",
-                      highlight=False)
+        sub = replayed[p.patch]
+        console.print(f"{p.patch}: {p.outcome} on {p.backend}; proven here on {sub.backend} instead "
+                      f"({STAND_IN_SHORT[str(sub.backend)]})" if sub.outcome == "proven" else
+                      f"{p.patch}: {p.outcome} on {p.backend}; on {sub.backend}: {sub.outcome}", highlight=False)
     verify_phases = [p for p in report.phases if p.name == "verify"]
     console.print(f"total {report.total_seconds:.1f}s; reused {report.reused} of {len(report.phases)} phase(s)"
                   + (f", evidence reused for {report.evidence_reused} of {len(verify_phases)} verdict(s)"
@@ -180,8 +242,3 @@ def print_summary(report: AllReport) -> None:
     for p in verify_phases:
         if p.evidence:
             console.print(f"  evidence: {p.evidence}", highlight=False)
-
-
-def _replay_outcome(report: AllReport, patch: str | None) -> str:
-    return next((p.outcome or "" for p in report.phases
-                 if p.name == "verify" and p.patch == patch and p.backend == "metal-replay"), "")

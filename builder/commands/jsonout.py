@@ -33,6 +33,9 @@ FORMATS: dict[str, tuple[int, str, str]] = {
     "test": (1, "test --json [FILE]", "each test program's counts, verdict and failing cases"),
     "sweep": (1, "test --against REF --json [FILE]", "the regression sweep: counts and each changed case"),
     "verify": (1, "verify --json", "each patch and backend's verdict, why, its evidence and hunks"),
+    "plan": (1, "verify --plan --json (and all --plan --json)",
+             "every tree the run would build and test: nodes with why, what each waits for and estimated cost; "
+             "chains, the critical path, and the CI matrix by backend and patch"),
     "verify-recorded": (1, "verify --report --json", "the recorded verdict of each patch on each backend"),
     "all": (1, "all --json [FILE]", "each phase with its seconds, reuse and ccache counters, and the tests"),
     "bump": (1, "bump --onto X --json", "the stage reached, why it stopped, the rebase, sweep and verify reports"),

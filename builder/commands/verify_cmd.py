@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from builder import proc
@@ -14,7 +15,8 @@ from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.prove import backends_doc
 from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
-from builder.prove.verify import PROVEN, VerifyReport, report_table, verify
+from builder.prove.plan import Plan, render
+from builder.prove.verify import PROVEN, PatchVerdict, VerifyReport, plan, report_table, verify
 from builder.series.model import load_series
 
 NAME = "verify"
@@ -38,11 +40,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hunks", action="store_true",
                    help="also revert each hunk of every fix on its own: the tests must fail (or the tree not build)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
+    add_plan_options(p)
     add_timeout(p)
     add_confirm(p, "what decides on each tree (every case of the after tree, the failing ones of the mutation and "
                    "before trees)")
     p.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: native); give the one `patchset build` "
                    "used, so that the patched tree's build is reused")
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """--plan and --lanes (verify, all)."""
+    p.add_argument("--plan", action="store_true",
+                   help="print the plan (every tree to build and test, why, what it waits for, estimated costs "
+                        "and the critical path) and exit: nothing is built; with --json the plan document")
+    p.add_argument("--lanes", type=int, metavar="N",
+                   help="prove at most N patches at once, each in its own worktree and build folder, on one "
+                        "jobserver of --jobs slots (default: as many as the patches, cores and memory allow; "
+                        "1: one after another)")
+
+
+def check_lanes(args: argparse.Namespace) -> None:
+    if args.lanes is not None and args.lanes < 1:
+        raise InputError(f"--lanes {args.lanes}: give a number of lanes >= 1")
+
+
+def print_plan(p: Plan) -> None:
+    for line in render(p):
+        console.print(line, highlight=False, markup=False)
+
+
+def print_verdict_line(v: PatchVerdict) -> None:
+    """One proof as soon as it and every one before it in series order are known."""
+    console.print(f"{v.patch} [{v.backend}]: [{_style(v.outcome)}]{escape(v.outcome)}[/] ({v.seconds:.1f}s)",
+                  highlight=False)
 
 
 _HUNK_STYLE = {CAUGHT: "green", NOT_BUILT: "cyan", EXEMPT: "yellow", UNGUARDED: "red"}
@@ -131,9 +161,16 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
             table.add_row(name, *[f"[{_style(cells[b])}]{cells[b]}[/]" if b in cells else "-" for b in PROFILES])
         console.print(table)
         return Outcome.OK
+    check_lanes(args)
+    if args.plan:
+        planned = plan(project, args.patches or None, args.backend, reuse=not args.no_reuse, jobs=args.jobs,
+                       hunks=args.hunks, lanes=args.lanes)
+        print_plan(planned)
+        jsonout.emit(args, "plan", planned.to_json())
+        return Outcome.OK
     report = verify(project, args.patches or None, args.backend, CliProgress(), reuse=not args.no_reuse,
                     jobs=args.jobs, timeout=args.timeout, cuda_arch=args.cuda_arch, hunks=args.hunks,
-                    confirm=args.confirm)
+                    confirm=args.confirm, lanes=args.lanes, on_verdict=print_verdict_line)
     print_verdicts(report)
     print_not_here(report)
     jsonout.emit(args, "verify", verify_json(report))

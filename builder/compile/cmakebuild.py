@@ -154,6 +154,9 @@ class BuildSpec:
     platform_cache: Path | None = None
     """Where a new build folder takes CMake's compiler detection from, and leaves it for the next
     (builder/compile/platformseed.py; None: every new folder detects for itself)."""
+    jobserver: str | None = None
+    """MAKEFLAGS of the run's jobserver (builder/compile/jobserver.py): ninja takes its jobs from that
+    pool, shared with every other build of the run, instead of `jobs` of its own."""
 
 
 @dataclass(frozen=True)
@@ -420,7 +423,12 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
                 bar_started = True
             progress.update(done, total)
 
-    cmd = [cmake.path, "--build", str(spec.build_dir), "--parallel", str(jobs)]
+    cmd = [cmake.path, "--build", str(spec.build_dir)]
+    if spec.jobserver:
+        # an explicit -j wins over the jobserver in ninja: none is given, nor cmake's own parallel level
+        env = {**(env or {}), "MAKEFLAGS": spec.jobserver, "CMAKE_BUILD_PARALLEL_LEVEL": ""}
+    else:
+        cmd += ["--parallel", str(jobs)]
     if spec.build_targets:
         cmd += ["--target", *ninja_targets(spec)]
     r = proc.stream(cmd, log_file=log, on_line=on_line, env=env, timeout=limit)

@@ -26,7 +26,9 @@ class HunkRunner:
         """Runs that confirm a catch: a reverted hunk is caught by a failure seen in every one (verify's --confirm)."""
         self.work = builder.work
         self.progress = progress
-        self.syntax_tree = builder.project.state_dir / "verify" / "syntax"
+        # one per lane of the scheduler, as the lane's worktree
+        self.syntax_tree = builder.project.state_dir / "verify" / ("syntax" + (f"-{builder.lane}" if builder.lane
+                                                                              else ""))
 
     def run(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
             timeout: Limits = None) -> list[hk.HunkResult]:

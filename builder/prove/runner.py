@@ -19,6 +19,7 @@ its record (`TreeRun`), so a tree means the same to each of them:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,15 +72,18 @@ class TreeRun:
 
 
 LogOf = Callable[[int, testrun.Invocation], Path]
+Gate = Callable[[], AbstractContextManager[object]]
+"""Held around each test program's run (TreeBuilder.test_gate)."""
 """Where the log of the i-th test (from 1) goes."""
 
 
 def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpec], backend: str,
              test_part: tuple[str, ...], log_of: LogOf, *, timeout: Limits, progress: ProgressSink,
-             label: str) -> TreeRun:
+             label: str, gate: Gate = nullcontext) -> TreeRun:
     """Build the tree checked out at `src` with the first of `specs` (each later one is tried when the one
     before failed: a build that also made programs ahead for later trees, then the tree's own), run
-    `tests` on it, and judge it."""
+    `tests` on it, and judge it; `gate` is held around each test program's run (the scheduler's lanes
+    run one test program at a time)."""
     progress.begin(f"{label}: building", None)
     spec = specs[0]
     result = buildmod.build(spec)
@@ -102,7 +106,9 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
     for i, t in enumerate(tests, 1):
         inv = invocation(t, backend)
         progress.begin(f"{label}: {inv.program}", None)
-        results.append(testrun.run_past_crashes(result.bin_dir, inv, log_of(i, inv), limit_of(timeout, inv.command)))
+        with gate():
+            results.append(testrun.run_past_crashes(result.bin_dir, inv, log_of(i, inv),
+                                                    limit_of(timeout, inv.command)))
         progress.end()
     return judge(command, result.duration_s, tuple(results), result.bin_dir, spec.build_dir, result.log)
 
@@ -160,7 +166,8 @@ ConfirmLogOf = Callable[[int, int, testrun.Invocation], Path]
 
 
 def confirm(run: TreeRun, tests: list[TestSpec], backend: str, runs: int, decide: str, log_of: ConfirmLogOf, *,
-            timeout: Limits, progress: ProgressSink, label: str) -> tuple[tuple[testrun.ProgramResult, ...], ...]:
+            timeout: Limits, progress: ProgressSink, label: str,
+            gate: Gate = nullcontext) -> tuple[tuple[testrun.ProgramResult, ...], ...]:
     """Runs 2..`runs` of what decides on the built tree `run` (`decide`: EVERY or FAILING), back to back on
     its build: per test, its further runs (none where nothing of it decides)."""
     if not run.built or run.bin_dir is None or runs < 2:
@@ -179,7 +186,8 @@ def confirm(run: TreeRun, tests: list[TestSpec], backend: str, runs: int, decide
         more = []
         for k in range(2, runs + 1):
             progress.begin(f"{label}: {inv.program} (run {k} of {runs})", None)
-            more.append(testrun.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
+            with gate():
+                more.append(testrun.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
             progress.end()
         out.append(tuple(more))
     return tuple(out)

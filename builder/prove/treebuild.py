@@ -1,7 +1,9 @@
 """Building one proof tree and running the patch's tests on it, in the verify worktree.
 
-The trees are checked out one after another into one worktree (`.patchset/verify/src`) and built
-in one build folder per backend, so switching trees recompiles only the files that differ; the
+The trees of a lane (builder/prove/schedule.py) are checked out one after another into its
+worktree (`.patchset/verify/src`, `src-1`, ...) and built in its build folder per backend
+(`verify-cpu-minimal`, `verify-cpu-minimal-1`, ...), so switching trees recompiles only the files
+that differ, and lanes share objects through the compiler cache; the
 tree `patchset build` built already is built in its own folder instead. What each build read
 (ninja's record) is kept for the proof's evidence.
 """
@@ -9,6 +11,8 @@ tree `patchset build` built already is built in its own folder instead. What eac
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from builder import words
@@ -32,11 +36,22 @@ LLAMA_SIDE = (*buildmod.LLAMA_PATHS, "ggml/include")
 ggml's public headers (ggml's sources give libraries that are linked, not compiled into them)."""
 
 
+def lane_src(project: Project, lane: int) -> Path:
+    """The verify worktree of a lane: `src` for the first (the one a sequential run uses), `src-N` after."""
+    return project.verify_dir / ("src" if lane == 0 else f"src-{lane}")
+
+
+def lane_build_dir(project: Project, backend: str, lane: int) -> Path:
+    """The build folder of a lane's trees on `backend` (`verify-cpu-minimal`, `verify-cpu-minimal-1`, ...)."""
+    return project.build_root / (f"verify-{backend}-minimal" + (f"-{lane}" if lane else ""))
+
+
 class TreeBuilder:
     """Builds proof trees and runs tests on them; remembers what each build read."""
 
     def __init__(self, project: Project, work: WorkRepo, series: Series, progress: ProgressSink, *,
-                 jobs: int | None, cuda_arch: str | None, timeout: float | None) -> None:
+                 jobs: int | None, cuda_arch: str | None, timeout: float | None, lane: int = 0,
+                 jobserver: str | None = None) -> None:
         self.project = project
         self.work = work
         self.series = series
@@ -45,7 +60,14 @@ class TreeBuilder:
         self.cuda_arch = cuda_arch
         self.timeout = timeout
         """The limit of each test program unless run_tree is given one."""
-        self.src = project.verify_dir / "src"
+        self.lane = lane
+        """The scheduler's lane (builder/prove/schedule.py): its own worktree and build folders."""
+        self.jobserver = jobserver
+        """MAKEFLAGS of the run's jobserver, which every build joins (None: `jobs` of its own)."""
+        self.test_gate: Callable[[], AbstractContextManager[object]] = nullcontext
+        """Held around each test program's run: in lanes, one test program at a time (its threads
+        use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
+        self.src = lane_src(project, lane)
         self._checked_out: str | None = None
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
@@ -61,6 +83,18 @@ class TreeBuilder:
         decided)."""
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
         self._libraries: dict[str, pytests.Library] = {}
+
+    def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink,
+                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> TreeBuilder:
+        """A builder like this one in the scheduler's `lane` (its own worktree and build folders), joining
+        `jobserver`; what builds read and the libraries found are shared with this one (the evidence's
+        keys read them)."""
+        other = TreeBuilder(self.project, self.work, self.series, progress, jobs=self.jobs, cuda_arch=self.cuda_arch,
+                            timeout=self.timeout, lane=lane, jobserver=jobserver)
+        other.inputs = self.inputs
+        other._libraries = self._libraries
+        other.test_gate = test_gate
+        return other
 
     def checkout(self, commit: str) -> None:
         if self._checked_out != commit:
@@ -101,9 +135,9 @@ class TreeBuilder:
         # the minimal build: a test that includes llama's headers gets libllama and llama-common there
         present = tuple(p for p in programs if (src / "tests" / f"{p}.cpp").exists()) or programs
         spec = buildmod.BuildSpec(
-            source=src, build_dir=self.project.build_root / f"verify-{backend}-minimal", backend=backend,
+            source=src, build_dir=lane_build_dir(self.project, backend, self.lane), backend=backend,
             targets="minimal", programs=present, jobs=self.jobs, build_targets=present, cuda_arch=self.cuda_arch,
-            platform_cache=self.project.platform_cache,
+            platform_cache=self.project.platform_cache, jobserver=self.jobserver,
         )
         if reuse:
             # the programs `patchset build` configured, less defaults a tree without them (a test's
@@ -118,7 +152,7 @@ class TreeBuilder:
         run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
                               lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
                               timeout=self.timeout if timeout is None else timeout, progress=self.progress,
-                              label=f"{patch.name} [{backend}] {kind}")
+                              label=f"{patch.name} [{backend}] {kind}", gate=self.test_gate)
         build_dir = run.build_dir or spec.build_dir
         # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
         # files the other trees' programs were built from, in its own version: () adds none
@@ -131,7 +165,7 @@ class TreeBuilder:
                 run, tests, backend, confirm, decide,
                 lambda i, k, inv: log_dir / f"{kind}-{i}-{inv.program}-run{k}.log",
                 timeout=self.timeout if timeout is None else timeout, progress=self.progress,
-                label=f"{patch.name} [{backend}] {kind}")
+                label=f"{patch.name} [{backend}] {kind}", gate=self.test_gate)
         return self._step(kind, commit, run)
 
     def _step(self, kind: str, commit: str, run: runner.TreeRun) -> ev.Step:
@@ -170,8 +204,9 @@ class TreeBuilder:
         for i, t in enumerate(tests, 1):
             inv = testrun.Invocation(t.program, t.args)
             self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.command}", None)
-            r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
-                            self.timeout if timeout is None else limit_of(timeout, inv.command))
+            with self.test_gate():
+                r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
+                                self.timeout if timeout is None else limit_of(timeout, inv.command))
             self.progress.end()
             self.last_results.append(r)
             runs.append(_run_record(r))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,9 @@ class TreeMaker:
         return trees
 
 
+_WORKTREES = threading.Lock()
+
+
 def checkout_detached(git: GitRepo, path: Path, commit: str) -> None:
     """Make `path` a worktree of `git` with exactly `commit` checked out (detached, clean).
 
@@ -87,11 +91,13 @@ def checkout_detached(git: GitRepo, path: Path, commit: str) -> None:
     differ, so the build folder beside it recompiles only those.
     """
     if not (path / ".git").exists():
-        if path.exists():
-            shutil.rmtree(path)
-        git.run("worktree", "prune")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        git.run("worktree", "add", "--detach", "--force", str(path), commit)
+        # lanes make their worktrees at once: `prune` must not see another one half-made
+        with _WORKTREES:
+            if path.exists():
+                shutil.rmtree(path)
+            git.run("worktree", "prune")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            git.run("worktree", "add", "--detach", "--force", str(path), commit)
         return
     wt = GitRepo(path)
     if wt.rev("HEAD") != commit or wt.is_dirty():

@@ -2,9 +2,10 @@
 
 For patch k: before = pin + patches 1..k-1 + only patch k's test paths; after = pin + 1..k;
 mutation = after + the patch's known-bad variant. The trees are made with git plumbing in a
-temporary index (the user's work tree and patches/ are never touched), checked out one after
-another into one verify worktree, and built in one build folder per backend, so switching
-trees recompiles only the files that differ.
+temporary index (the user's work tree and patches/ are never touched). A patch's trees are checked
+out one after another into one verify worktree and built in one build folder per backend, so
+switching trees recompiles only the files that differ; independent patches are proven at once in
+lanes of their own (builder/prove/schedule.py), on one jobserver, longest first (builder/prove/plan.py).
 
 Each job in a class of its own: the trees (`trees.TreeMaker`), building and testing one tree
 (`treebuild.TreeBuilder`, which also reads the compile database), each hunk of a fix reverted
@@ -14,23 +15,29 @@ Each job in a class of its own: the trees (`trees.TreeMaker`), building and test
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain, testrun
+from builder.compile.jobserver import Jobserver
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
-from builder.prove import affected, cases, evidence_rules, kernel_models, pytests, runner
+from builder.prove import affected, cases, evidence_rules, kernel_models, pytests, runner, schedule
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
+from builder.prove import plan as plan_mod
 from builder.prove.hunkrun import HunkRunner
 from builder.prove.proofkeys import ProofKeys
 from builder.prove.treebuild import TreeBuilder
@@ -93,18 +100,21 @@ def available_backends() -> list[str]:
     return found
 
 
+STAND_INS = ("metal-linux", "metal-replay")
+"""The backends that stand in for Metal on a machine without it, best first: the tree's own Metal host
+code on patchset's Objective-C stand-in (where its toolchain is built), else the host-side replay."""
+
+
 def stand_in(patch: Patch, backend: str, here: list[str] | None = None) -> str | None:
-    """The backend that proves `patch` on this machine when `backend` cannot: the Metal replay
-    (metal-replay), for a patch that declares it in Patchset-Backends, on a machine that has the
-    replay and no Metal. None when `backend` is one the patch's proof runs on, or nothing here can
-    stand in (the patch then stays `needs ...`)."""
+    """The backend that proves `patch` on this machine when `backend` cannot: the best of STAND_INS
+    that the patch declares in Patchset-Backends and this machine has, on a machine without Metal.
+    None when `backend` is one the patch's proof runs on, or nothing here can stand in (the patch
+    then stays `needs ...`)."""
     here = available_backends() if here is None else here
     declared = patch.meta.backends
-    if backend in declared or "metal" in here:
+    if backend in declared or "metal" in here or backend in STAND_INS:
         return None
-    if "metal-replay" in declared and "metal-replay" in here and backend != "metal-replay":
-        return "metal-replay"
-    return None
+    return next((b for b in STAND_INS if b in declared and b in here), None)
 
 
 @dataclass(frozen=True)
@@ -157,11 +167,15 @@ class Verifier:
     def __init__(self, project: Project, progress: ProgressSink | None = None, reuse: bool = True,
                  jobs: int | None = None, cuda_arch: str | None = None, *,
                  timeout: float | None = testrun.DEFAULT_TIMEOUT_S, hunks: bool = False,
-                 confirm: int = words.CONFIRM_RUNS) -> None:
+                 confirm: int = words.CONFIRM_RUNS, lanes: int | None = None) -> None:
         self.project = project
         self.confirm = max(1, confirm)
         """How many runs confirm what decides on each tree (`verify --confirm N`): the after tree's every case,
         the failing cases of the mutation and before trees."""
+        self.lanes = lanes
+        """How many lanes prove patches at once (None: as many as the chains, cores and memory allow;
+        1: one after another, as before the scheduler)."""
+        self.jobs = jobs
         self.hunks = hunks
         """Also revert each hunk of the fix on its own (`verify --hunks`)."""
         self.progress = progress or NullProgress()
@@ -179,6 +193,48 @@ class Verifier:
                               here=available_backends, timeout=timeout, confirm=self.confirm)
         self.reproved_because: dict[tuple[str, str], str] = {}
         """(patch, backend) -> why an earlier proof no longer holds."""
+
+    def in_lane(self, lane: int, jobserver: str | None,
+                test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
+        """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
+        and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is
+        silent (lanes at once would garble one progress bar; their verdicts are reported as they finish)."""
+        other = copy.copy(self)
+        other.builder = self.builder.for_lane(lane, jobserver, NullProgress(), test_gate)
+        other.progress = NullProgress()
+        other.hunk_runner = HunkRunner(other.builder, other.progress, confirm=self.confirm)
+        return other
+
+    def plan(self, pairs: list[tuple[Patch, str]], trees: dict[int, Trees], command: str = "verify",
+             steps: tuple[plan_mod.Node, ...] = ()) -> plan_mod.Plan:
+        """What proving each patch of `pairs` on its backend will build and run (nothing is built; evidence whose key
+        still holds builds nothing; an earlier proof that may carry over is planned as proven again)."""
+        here = available_backends()
+        costs = plan_mod.Costs(self.work.git, self.project.evidence_dir, self.project.build_root)
+        chains: list[plan_mod.Chain] = []
+        settled: list[plan_mod.Settled] = []
+        after_steps = tuple(n.id for n in steps[-1:])
+        for patch, backend in pairs:
+            tests = self._tests(patch, backend)
+            old = ev.load(self.project.evidence_dir, patch.name, backend) if self.reuse else None
+            declared = patch.meta.backends
+            if old is not None and not old.reused and old.key == self.keys.key(
+                    patch, trees[patch.index], backend, tests) and (old.hunks_checked or not self.hunks):
+                settled.append(plan_mod.Settled(patch.name, backend, f"the evidence of {old.created} holds "
+                                                f"({old.outcome}): same trees"))
+            elif backend in declared and backend not in here:
+                settled.append(plan_mod.Settled(patch.name, backend, f"no {backend} backend on this machine"))
+            elif not tests:
+                settled.append(plan_mod.Settled(patch.name, backend, f"the patch declares no test for {backend}"))
+            else:
+                needs = " ".join(b for b in declared if b not in here) or " ".join(declared)
+                chains.append(plan_mod.chain(patch, trees[patch.index], backend, tests,
+                                             proves=backend in declared, needs=needs, hunks=self.hunks,
+                                             costs=costs, after_steps=after_steps))
+        chains.sort(key=lambda c: -c.cost_s)
+        slots = self.jobs or os.cpu_count() or 1
+        return plan_mod.Plan(command, schedule.lanes_for(len(chains), self.jobs, self.lanes), slots, tuple(chains),
+                             tuple(settled), steps)
 
     def make_trees(self) -> dict[int, Trees]:
         return make_trees(self.work.git, self.fetched.commit, self.series, self.project.patches_dir)
@@ -518,22 +574,58 @@ def hunk_test_limits(after_tests: tuple[dict, ...]) -> dict[str, float]:
 def verify(project: Project, names: list[str] | None = None, backends: list[str] | None = None,
            progress: ProgressSink | None = None, reuse: bool = True, jobs: int | None = None,
            cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
-           hunks: bool = False, confirm: int = words.CONFIRM_RUNS) -> VerifyReport:
+           hunks: bool = False, confirm: int = words.CONFIRM_RUNS, lanes: int | None = None,
+           on_verdict: Callable[[PatchVerdict], None] | None = None,
+           also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+    """Prove `names` (default: every patch) on `backends`, and the patches `also` names on its backends
+    (`all`'s stand-ins), all in one schedule; `on_verdict` gets each verdict as soon as it and every one
+    before it in series order are known."""
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
         return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks,
-                                confirm=confirm), names, backends)
+                                confirm=confirm, lanes=lanes), names, backends, on_verdict, also)
 
 
-def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) -> VerifyReport:
+def plan(project: Project, names: list[str] | None = None, backends: list[str] | None = None, *,
+         reuse: bool = True, jobs: int | None = None, hunks: bool = False, lanes: int | None = None,
+         command: str = "verify", steps: tuple[plan_mod.Node, ...] = (),
+         also: Mapping[str, list[str]] | None = None) -> plan_mod.Plan:
+    """The plan `verify` with these arguments would run (`verify --plan`): the trees are made (git
+    objects and refs only), nothing is built."""
+    with project_lock(project.lock_file, purpose="verify --plan"):
+        v = Verifier(project, None, reuse, jobs, timeout=None, hunks=hunks, lanes=lanes)
+        pairs = _pairs(v, names, _backends(backends), also)
+        return v.plan(pairs, v.make_trees(), command, steps)
+
+
+def _pairs(v: Verifier, names: list[str] | None, backends: list[str],
+           also: Mapping[str, list[str]] | None) -> list[tuple[Patch, str]]:
+    """Each patch and backend to prove, in series order (then the backends' order)."""
     chosen = [v.series.by_name(n) for n in names] if names else list(v.series.patches)
-    trees = v.make_trees()
+    extra = {(n, b) for b, ns in (also or {}).items() for n in ns}
+    order = [*backends, *(also or {})]
+    pairs = [(p, b) for p in v.series.patches for b in order
+             if (p in chosen and b in backends) or (p.name, b) in extra]
+    return pairs
+
+
+def _backends(backends: list[str] | None) -> list[str]:
     backends = backends or list(available_backends())
     for backend in backends:
         buildmod.profile(backend)
+    return backends
+
+
+def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
+            on_verdict: Callable[[PatchVerdict], None] | None = None,
+            also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+    pairs = _pairs(v, names, _backends(backends), also)
+    trees = v.make_trees()
     # from the head of the series down: neighbouring trees differ least, so each switch of the
     # one verify worktree recompiles little
-    plan = [(patch, backend) for patch in reversed(chosen) for backend in backends]
+    plan = list(reversed(pairs))
+    series_order = [(p.name, b) for p, b in pairs]
+    report = schedule.InOrder(series_order, on_verdict)
     verdicts = []
     # first what the evidence on disk still answers (nothing built), so that no build makes a
     # program ahead for a patch whose proof holds
@@ -543,16 +635,49 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None) ->
         done = v.settled(patch, trees[patch.index], backend)
         if done:
             verdicts.append(dataclasses.replace(done, seconds=time.perf_counter() - start))
+            report.add((patch.name, backend), verdicts[-1])
         else:
             todo.append((patch, backend))
-    for i, (patch, backend) in enumerate(todo):
-        v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests if t.runs_on(b, p.meta.backends)))
-                   for p, b in todo[i + 1:] if b == backend]
-        start = time.perf_counter()
-        proved = v.prove_patch(patch, trees[patch.index], backend)
-        verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))
-    order = {(p.name, b): n for n, (p, b) in enumerate((p, b) for p in chosen for b in backends)}
+    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes)
+    if lanes == 1:
+        for i, (patch, backend) in enumerate(todo):
+            v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests
+                                                      if t.runs_on(b, p.meta.backends)))
+                               for p, b in todo[i + 1:] if b == backend]
+            start = time.perf_counter()
+            proved = v.prove_patch(patch, trees[patch.index], backend)
+            verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))
+            report.add((patch.name, backend), verdicts[-1])
+    else:
+        verdicts += _in_lanes(v, todo, trees, lanes, report)
+    order = {key: n for n, key in enumerate(series_order)}
     return VerifyReport(tuple(sorted(verdicts, key=lambda x: order[(x.patch, x.backend)])))
+
+
+def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees], lanes: int,
+              report: schedule.InOrder) -> list[PatchVerdict]:
+    """The patches of `todo` proven in `lanes` lanes at once, the longest chains first, every build on
+    one jobserver of the run's job slots (builder/prove/schedule.py)."""
+    by_key = {(p.name, b): (p, b) for p, b in todo}
+    planned = v.plan(todo, trees)
+    chains = [by_key.pop((c.patch, c.backend)) for c in planned.chains if (c.patch, c.backend) in by_key]
+    # what builds no tree (`needs cuda`, no test for the backend) last: it takes no time
+    chains += by_key.values()
+    with Jobserver(v.jobs or os.cpu_count() or 1) as pool:
+        verifiers: dict[int, Verifier] = {}
+
+        def prove(lane: int, job: tuple[Patch, str]) -> PatchVerdict:
+            if lane not in verifiers:
+                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone)
+            patch, backend = job
+            start = time.perf_counter()
+            proved = verifiers[lane].prove_patch(patch, trees[patch.index], backend)
+            return dataclasses.replace(proved, seconds=time.perf_counter() - start)
+
+        def done(i: int, verdict: PatchVerdict) -> None:
+            report.add((verdict.patch, verdict.backend), verdict)
+
+        return schedule.run_lanes(chains, lanes, prove, pool=pool, done=done)
 
 
 def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:

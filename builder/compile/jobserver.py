@@ -1,0 +1,92 @@
+"""One pool of job slots for every build and test run of a command: a GNU make jobserver.
+
+ninja 1.13 is a jobserver client: given `MAKEFLAGS=--jobserver-auth=fifo:PATH` and no `-j` of
+its own (an explicit `-j` wins over the jobserver), it runs one job on its implicit slot and takes
+a token from the fifo for each further one. One pool of N slots (N-1 tokens in the fifo, and the
+implicit slot this process holds) bounds every ninja of a run together, however many trees build
+at once. A lane of the scheduler takes a slot (`slot()`) for as long as it builds or tests a tree:
+its ninja's implicit job runs on that slot. A test program's threads use every core (and ggml's
+spin while they wait for each other): one runs at a time (`alone()`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TOKEN = b"+"
+
+
+class Jobserver:
+    """A fifo jobserver of `slots` slots (at least 1); close() removes the fifo."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self._dir = Path(tempfile.mkdtemp(prefix="patchset-jobserver-"))
+        self.fifo = self._dir / "fifo"
+        os.mkfifo(self.fifo, 0o600)
+        # read and write ends in one: the tokens stay in the fifo while no client has it open
+        self._fd = os.open(self.fifo, os.O_RDWR | os.O_NONBLOCK)
+        os.write(self._fd, TOKEN * (self.slots - 1))
+        self._implicit = threading.Lock()
+        self._alone = threading.Lock()
+        self._closed = False
+
+    @property
+    def makeflags(self) -> str:
+        """The MAKEFLAGS a client (ninja) joins the pool with."""
+        return f"-j{self.slots} --jobserver-auth=fifo:{self.fifo}"
+
+    def _take(self) -> bool:
+        """One slot, waiting for it: True for the implicit one, False for a token read from the fifo."""
+        while True:
+            if self._implicit.acquire(blocking=False):
+                return True
+            ready, _, _ = select.select([self._fd], [], [], 0.1)
+            if ready:
+                try:
+                    if os.read(self._fd, 1):
+                        return False
+                except BlockingIOError:  # another reader took it first
+                    continue
+
+    def _give(self, implicit: bool) -> None:
+        if implicit:
+            self._implicit.release()
+        elif not self._closed:
+            os.write(self._fd, TOKEN)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one slot of the pool for the block (a lane building and testing a tree)."""
+        implicit = self._take()
+        try:
+            yield
+        finally:
+            self._give(implicit)
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """One test program at a time among the lanes, each on its lane's slot: a test program's
+        threads use every core and ggml's spin while they wait for each other, so two at once run
+        many times slower (measured on 16 cores). Builds of other lanes go on meanwhile."""
+        with self._alone:
+            yield
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> Jobserver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,148 @@
+"""Running independent chains of work at once, in lanes, on one pool of job slots.
+
+A chain is the work of one patch on one backend: its trees in order (after, hunks, mutations,
+before, parent), which differ least from each other and so stay in one lane, one after another,
+in that lane's own worktree and build folder. Chains are independent: lanes take them longest
+first (the critical path starts first), each lane holding one slot of the jobserver while it
+works, so that its builds' ninja (which joins the same jobserver for its further jobs) and its test
+programs never make the machine run more jobs than it has slots.
+
+A chain that raises stops only itself: the others run to their end, and the first error is raised
+after them. An interrupt of the caller (Ctrl-C) cancels every lane (builder.proc.cancel): their
+running programs are killed and nothing they would write after that is written.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Generic, TypeVar
+
+from builder import proc
+from builder.compile.jobserver import Jobserver
+
+C = TypeVar("C")
+R = TypeVar("R")
+K = TypeVar("K", bound=Hashable)
+
+LANE_MEMORY_BYTES = 2 << 30
+"""What one lane may need at once (a compiler on test-backend-ops.cpp and a linker): lanes beyond
+the memory available at this rate are not started."""
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def lanes_for(chains: int, jobs: int | None, lanes: int | None = None) -> int:
+    """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per two
+    job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane (the sequential
+    run). On 2 cores lanes cost more than they give: each lane's first build compiles the library
+    again where the compiler cache misses at once, and a cold `all` measured 339 CPU-s in one lane
+    and 393 in lanes (benchmarks/first_run.py)."""
+    if chains <= 1:
+        return 1
+    if lanes is not None:
+        return max(1, min(lanes, chains))
+    slots = jobs or os.cpu_count() or 1
+    mem = available_memory()
+    by_memory = max(1, mem // LANE_MEMORY_BYTES) if mem is not None else slots
+    return max(1, min(chains, slots // 2, by_memory))
+
+
+class InOrder(Generic[K, R]):
+    """Hands results on in a fixed order as soon as all those before them are in (a proof is
+    reported when it finishes, and the patches still come in series order)."""
+
+    def __init__(self, order: Sequence[K], emit: Callable[[R], None] | None) -> None:
+        self._order = list(order)
+        self._emit = emit
+        self._have: dict[K, R] = {}
+        self._next = 0
+
+    def add(self, key: K, result: R) -> None:
+        self._have[key] = result
+        while self._next < len(self._order) and self._order[self._next] in self._have:
+            if self._emit is not None:
+                self._emit(self._have[self._order[self._next]])
+            self._next += 1
+
+
+def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, pool: Jobserver | None = None,
+              done: Callable[[int, R], None] | None = None) -> list[R]:
+    """`work(lane, chain)` for every chain, in `lanes` threads, each chain taken in the given order by
+    the next free lane; `done(index, result)` in this thread as each finishes. The results in the
+    order of `chains`. Raises the first error of a chain once every other chain has finished."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(chains)):
+        todo.put(i)
+    finished: queue.Queue[tuple[int, R | None, BaseException | None]] = queue.Queue()
+    stop = threading.Event()
+
+    def slot() -> AbstractContextManager[None]:
+        return pool.slot() if pool is not None else nullcontext()
+
+    def lane_loop(lane: int) -> None:
+        while not stop.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                with slot():
+                    result = work(lane, chains[i])
+            except BaseException as e:
+                finished.put((i, None, e))
+            else:
+                finished.put((i, result, None))
+
+    threads = [threading.Thread(target=lane_loop, args=(n,), name=f"patchset-lane-{n}", daemon=True)
+               for n in range(max(1, lanes))]
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(len(chains)):
+            i, result, error = _next(finished)
+            if error is not None:
+                errors.append(error)
+                continue
+            results[i] = result  # type: ignore[assignment]
+            if done is not None:
+                done(i, result)  # type: ignore[arg-type]
+    except BaseException:
+        stop.set()
+        proc.cancel()
+        for t in threads:
+            t.join()
+        proc.uncancel()
+        raise
+    for t in threads:
+        t.join()
+    real = [e for e in errors if not isinstance(e, proc.Cancelled)]
+    if real or errors:
+        raise (real or errors)[0]
+    return [results[i] for i in range(len(chains))]
+
+
+def _next(finished: queue.Queue[tuple[int, R | None, BaseException | None]]) -> tuple[int, R | None,
+                                                                                         BaseException | None]:
+    # a short wait in a loop: the main thread stays interruptible (Ctrl-C) while the lanes work
+    while True:
+        try:
+            return finished.get(timeout=0.2)
+        except queue.Empty:
+            continue
+

@@ -1,0 +1,57 @@
+"""Proofs in lanes at once give the verdicts of proofs one after another: the same outcomes, cases,
+mutations caught and hunks, on the synthetic series of test_verify (one patch per outcome)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_verify import project_dir  # noqa: F401 (the fixture)
+
+from builder.project import load_project
+from builder.prove import evidence
+from builder.prove.schedule import lanes_for
+from builder.prove.verify import VerifyReport, verify
+from builder.series.apply import apply
+
+
+def _run(base: Path, src: Path, lanes: int) -> tuple[VerifyReport, dict]:
+    root = base / f"lanes-{lanes}"
+    shutil.copytree(src, root)
+    project = load_project(root=root, cache_dir=base / f"cache-{lanes}")
+    apply(project)
+    report = verify(project, backends=["cpu"], lanes=lanes, hunks=True, reuse=False)
+    found = {}
+    for v in report.verdicts:
+        e = evidence.load(project.evidence_dir, v.patch, v.backend)
+        assert e is not None
+        # the hunks without their times and log paths
+        hunks = [{k: h[k] for k in ("file", "lines", "outcome", "reason", "failing", "errors", "commit")}
+                 for h in e.hunks]
+        found[v.patch] = {"outcome": e.outcome, "reason": e.reason, "cases": e.cases, "hunks": hunks,
+                          "steps": [(s.tree, s.label, s.build_ok, s.verdict) for s in e.steps]}
+    return report, found
+
+
+@pytest.mark.parametrize("lanes", [3])
+def test_lanes_give_the_verdicts_of_one_lane(project_dir: Path, tmp_path: Path, lanes: int) -> None:  # noqa: F811
+    one, one_found = _run(tmp_path, project_dir, 1)
+    many, many_found = _run(tmp_path, project_dir, lanes)
+    assert [(v.patch, v.outcome, v.reason) for v in many.verdicts] == [(v.patch, v.outcome, v.reason)
+                                                                     for v in one.verdicts]
+    for patch, found in one_found.items():
+        for what, value in found.items():
+            assert many_found[patch][what] == value, (patch, what)
+    # the lanes really ran: each in its own worktree and build folder
+    root = tmp_path / f"lanes-{lanes}"
+    project = load_project(root=root, cache_dir=tmp_path / f"cache-{lanes}")
+    assert (project.verify_dir / "src-1").is_dir()
+    assert (project.build_root / "verify-cpu-minimal-1").is_dir()
+
+
+def test_how_many_lanes() -> None:
+    # on 2 or 3 slots one lane (the sequential run); else at most one per two slots, one per chain
+    assert lanes_for(5, 2) == 1 and lanes_for(5, 3) == 1
+    assert 1 <= lanes_for(5, 16) <= 5 and lanes_for(20, 16) <= 8
+    assert lanes_for(5, 2, lanes=3) == 3 and lanes_for(2, 16, lanes=3) == 2 and lanes_for(1, 16) == 1

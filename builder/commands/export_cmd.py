@@ -80,7 +80,8 @@ def print_result(result: ExportResult, full: bool = False) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     # imported here: the export rules (yaml, editorconfig, templates) weigh on every other command's start
-    from builder.deliver.export import ExportOptions, export  # noqa: PLC0415
+    from builder.deliver.export import export  # noqa: PLC0415
+    from builder.deliver.export_package import ExportOptions  # noqa: PLC0415
 
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)

@@ -161,7 +161,7 @@ def after_trees(project: Project) -> dict[str, str]:
     """Patch name -> the tree after it (the pin plus the patches up to it), as verify and export
     make them: what tells evidence of these patch bytes from evidence of others."""
     # imported here: export's rules and templates weigh on the start of `evidence check`
-    from builder.deliver.export import Chain  # noqa: PLC0415
+    from builder.deliver.export_commits import Chain  # noqa: PLC0415
 
     series = load_series(project.patches_dir)
     pin = load_pin(project.pin_file)

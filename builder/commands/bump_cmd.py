@@ -1,3 +1,5 @@
+"""`patchset bump`: the series moved to a new upstream only when it rebases, builds, sweeps and proves there."""
+
 from __future__ import annotations
 
 import argparse

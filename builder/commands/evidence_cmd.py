@@ -1,3 +1,5 @@
+"""`patchset evidence`: the current series' evidence committed into docs/evidence/ (update), checked there (check)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset export`: each patch as a pull-request package for upstream, checked against upstream's rules."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset wheel`: llama-cpp-python built on the committed patched tree, with its provenance inside."""
+
 from __future__ import annotations
 
 import argparse

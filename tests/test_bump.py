@@ -17,8 +17,9 @@ from helpers import Proj, Upstream, fsck_clean, git, make_project, make_upstream
 
 from builder.cli import main
 from builder.errors import LockError
-from builder.orchestrate.bump import BumpOptions, scratch_project
 from builder.orchestrate.bump import bump as bump_lib
+from builder.orchestrate.bump import scratch_project
+from builder.orchestrate.bump_plan import BumpOptions
 from builder.prove.verify import available_backends
 from builder.series.apply import apply
 from builder.series.rebase import rebase

@@ -13,7 +13,7 @@ import pytest
 from helpers import run_patchset
 from test_export_evidence import verified  # noqa: F401  (the fixture: a project proven by verify)
 
-from builder.deliver import clean, committed
+from builder.deliver import clean, committed, committed_update
 from builder.errors import InputError
 from builder.project import load_project
 from builder.series.model import load_series
@@ -208,10 +208,10 @@ def test_drop_stale_removes_what_covers_other_bytes_and_check_passes_again(proj:
 def test_the_recorded_verify_command_claims_hunks_only_for_the_patches_whose_hunks_were_checked() -> None:
     # a run of `verify 2 3 --hunks` then `verify` of all was once recorded as `verify --hunks 2 3 4 5`
     patches = [(2, "b"), (3, "c"), (4, "d"), (5, "e")]
-    assert committed.verify_command("cpu", patches, {"b", "c"}) == \
+    assert committed_update.verify_command("cpu", patches, {"b", "c"}) == \
         "patchset verify --backend cpu --hunks 2 3; patchset verify --backend cpu 4 5"
-    assert committed.verify_command("cpu", patches[2:], set()) == "patchset verify --backend cpu 4 5"
-    assert committed.verify_command("cuda", patches[:1], {"b"}) == "patchset verify --backend cuda --hunks 2"
+    assert committed_update.verify_command("cpu", patches[2:], set()) == "patchset verify --backend cpu 4 5"
+    assert committed_update.verify_command("cuda", patches[:1], {"b"}) == "patchset verify --backend cuda --hunks 2"
 
 
 def _add_hunk(mail: Path, path: str, line: str) -> None:
@@ -367,7 +367,7 @@ def test_a_forged_verify_json_is_refused_in_one_line_and_nothing_is_written(proj
     stale = (docs / "MANIFEST.json").read_bytes()
     assert _stale_files(proj)
     project = load_project(root=proj)
-    series, trees = load_series(project.patches_dir), committed.after_trees(project)
+    series, trees = load_series(project.patches_dir), committed_update.after_trees(project)
     for n, (how, why) in enumerate(FORGERIES):
         forged = _forge(how, record(proj), proj)
         folder = device_verify_output(tmp_path / how.replace(" ", "-").replace("'", ""), {STEM: forged},
@@ -379,8 +379,8 @@ def test_a_forged_verify_json_is_refused_in_one_line_and_nothing_is_written(proj
             said = out[0].removeprefix("error: ")
         else:  # the same through the library, for each way of forging
             with pytest.raises(InputError) as e:
-                committed.update(series, proj, project.evidence_dir, (folder,), trees, drop_stale=True,
-                                 pin_commit=load_pin(project.pin_file).commit)
+                committed_update.update(series, proj, project.evidence_dir, (folder,), trees, drop_stale=True,
+                                        pin_commit=load_pin(project.pin_file).commit)
             said = str(e.value)
         assert said.startswith(f"{folder / 'verify.json'}: {PATCH}: refused: {why}"), (how, said)
         assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == {**before, docs / "MANIFEST.json": stale}

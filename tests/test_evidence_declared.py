@@ -13,7 +13,8 @@ from test_export import AUTHOR
 from test_export_evidence import verified  # noqa: F401  (the fixture: a project proven by verify)
 
 from builder.deliver import committed
-from builder.deliver.export import ExportOptions, export
+from builder.deliver.export import export
+from builder.deliver.export_package import ExportOptions
 from builder.project import load_project
 
 OLD_TEST = b"Patchset-Test: [cpu,cuda] test-add\n"

@@ -10,7 +10,7 @@ import pytest
 
 from builder.commands import all_cmd, bump_cmd, verify_cmd
 from builder.errors import EXIT_CODES, Outcome, exit_table
-from builder.orchestrate.bump import FAILED, NOT_PROVEN, BumpResult
+from builder.orchestrate.bump_plan import FAILED, NOT_PROVEN, BumpResult
 from builder.prove.verify import PROVEN, REGRESSED, PatchVerdict, VerifyReport
 from builder.upstream.pin import Pin
 

@@ -12,7 +12,9 @@ from helpers import AUTHORS, STANDARD_PATCHES, Proj, Upstream, commit, git, make
 from builder.cli import main
 from builder.deliver import diffparse
 from builder.deliver.clean import check_tree
-from builder.deliver.export import ExportOptions, export, strip_trailers
+from builder.deliver.export import export
+from builder.deliver.export_commits import strip_trailers
+from builder.deliver.export_package import ExportOptions
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError, PatchsetError
 from builder.series.model import lint

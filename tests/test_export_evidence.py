@@ -14,7 +14,8 @@ from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation,
 from builder.compile.cmakebuild import PROFILES
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
-from builder.deliver.export import ExportOptions, export
+from builder.deliver.export import export
+from builder.deliver.export_package import ExportOptions
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove.verify import PROVEN, verify

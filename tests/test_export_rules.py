@@ -12,7 +12,8 @@ from conftest import hermetic_env
 from helpers import Proj, git, make_project, make_upstream, run_patchset
 from test_export import AUTHOR, TEMPLATE_FILES, with_files
 
-from builder.deliver.export import ExportOptions, export
+from builder.deliver.export import export
+from builder.deliver.export_package import ExportOptions
 from builder.deliver.rules import RuleFinding
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError

@@ -23,7 +23,7 @@ import pytest
 from helpers import UPSTREAM_FIXES, pin_toml, real_pin_moved_on
 
 from builder.cli import main
-from builder.orchestrate.bump import upstream_fixed
+from builder.orchestrate.bump_plan import upstream_fixed
 from builder.project import Project
 from builder.prove.verify import available_backends
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, RebaseReport

@@ -25,7 +25,8 @@ from conftest import hermetic_env
 
 from builder.compile.cmakebuild import BuildResult
 from builder.deliver import drift
-from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
+from builder.deliver.wheel import WheelOptions, prepare
+from builder.deliver.wheel_build import WheelResult, build_wheel
 from builder.project import Project, load_project
 from builder.prove.verify import PROVEN, verify
 from builder.series.model import load_series

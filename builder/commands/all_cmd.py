@@ -1,3 +1,5 @@
+"""`patchset all`: the main job: fetch, apply, build, test and verify on the pin."""
+
 from __future__ import annotations
 
 import argparse

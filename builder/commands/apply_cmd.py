@@ -1,3 +1,5 @@
+"""`patchset apply`: branch 'patched' built as the pinned upstream plus the series, in the work repository."""
+
 from __future__ import annotations
 
 import argparse

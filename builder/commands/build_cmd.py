@@ -1,3 +1,5 @@
+"""`patchset build`: the patched tree built (minimal: ggml and the test programs; full: the tree's own CMake)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset bump`: the series moved to a new upstream only when it rebases, builds, sweeps and proves there."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +17,8 @@ from builder.compile.cmakebuild import PROFILES
 from builder.compile.testrun import MODES
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.orchestrate.bump import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult, bump
+from builder.orchestrate.bump import bump
+from builder.orchestrate.bump_plan import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult
 from builder.project import Project
 from builder.prove.sweep import sweep_dict
 

@@ -1,3 +1,5 @@
+"""`patchset canary`: the first upstream commit after the pin where each patch stops applying, building or passing."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset check`: the series linted: its patches, diffs, paths and trailers, patches/dropped, patches/resolutions."""
+
 from __future__ import annotations
 
 import argparse

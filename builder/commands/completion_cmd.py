@@ -1,3 +1,5 @@
+"""`patchset completion`: the shell completion script for bash or zsh, made from the command parser by argcomplete."""
+
 from __future__ import annotations
 
 import argparse

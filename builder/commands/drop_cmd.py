@@ -1,3 +1,5 @@
+"""`patchset drop`: patch N removed from the series, the later patches replayed without it."""
+
 from __future__ import annotations
 
 import argparse

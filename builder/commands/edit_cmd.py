@@ -1,3 +1,5 @@
+"""`patchset edit`: patch N checked out on branch 'patched' to amend it (the later patches wait)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset evidence`: the current series' evidence committed into docs/evidence/ (update), checked there (check)."""
+
 from __future__ import annotations
 
 import argparse
@@ -5,7 +7,7 @@ from pathlib import Path
 
 from builder.commands import jsonout
 from builder.console import console
-from builder.deliver import committed
+from builder.deliver import committed, committed_update
 from builder.errors import Outcome
 from builder.project import Project
 from builder.series.model import load_series
@@ -43,9 +45,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     series = load_series(project.patches_dir)
     if args.action == "update":
         # the after trees tell a proof of these patch bytes from one of others (a reworded patch keeps its trees)
-        trees = committed.after_trees(project) if project.evidence_dir.is_dir() or args.from_dirs else {}
-        result = committed.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
-                                  drop_stale=args.drop_stale, pin_commit=load_pin(project.pin_file).commit)
+        trees = committed_update.after_trees(project) if project.evidence_dir.is_dir() or args.from_dirs else {}
+        result = committed_update.update(series, project.root, project.evidence_dir, tuple(args.from_dirs), trees,
+                                         drop_stale=args.drop_stale, pin_commit=load_pin(project.pin_file).commit)
         jsonout.emit(args, "evidence", {"action": "update", "written": result.written, "removed": result.dropped,
                                         "left_out": result.skipped})
         for f in result.dropped:

@@ -1,3 +1,5 @@
+"""`patchset export`: each patch as a pull-request package for upstream, checked against upstream's rules."""
+
 from __future__ import annotations
 
 import argparse
@@ -80,7 +82,8 @@ def print_result(result: ExportResult, full: bool = False) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     # imported here: the export rules (yaml, editorconfig, templates) weigh on every other command's start
-    from builder.deliver.export import ExportOptions, export  # noqa: PLC0415
+    from builder.deliver.export import export  # noqa: PLC0415
+    from builder.deliver.export_package import ExportOptions  # noqa: PLC0415
 
     opts = ExportOptions(tuple(args.patches), args.layout, args.out, args.author, args.check, args.cover,
                          args.drop_non_ggml)

@@ -1,3 +1,5 @@
+"""`patchset fetch`: the pinned upstream fetched into the cache from the first source that works, and verified."""
+
 from __future__ import annotations
 
 import argparse

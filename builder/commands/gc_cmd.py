@@ -1,3 +1,5 @@
+"""`patchset gc`: temporary folders killed runs left, and verify and backup refs older than a limit, removed."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset help`: the help of patchset or of one command, the README's command table, docs/json.md's table."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset import`: commits from elsewhere (a range, an mbox, a pull request's .patch) added as patches on top."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset init`: a project for another fork or pin started in DIR: its pin, an empty series, its CI workflows."""
+
 from __future__ import annotations
 
 import argparse

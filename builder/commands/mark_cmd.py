@@ -1,3 +1,5 @@
+"""`patchset mark`: where patch N stands upstream, recorded in its Patchset-Upstream trailer."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset move`: patch N put just before patch M, the patches replayed in the new order."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset new`: a new patch added on top of the series, its message from the trailer template."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset pin`: a pin file for another upstream commit written from its source, as fetch checks it."""
+
 from __future__ import annotations
 
 import argparse

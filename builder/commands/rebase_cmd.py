@@ -1,3 +1,5 @@
+"""`patchset rebase`: the series moved onto another upstream commit (or pin file), every patch reported."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset refresh`: patches/ written back from the 'patched' branch (byte-stable)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset report`: the series at a glance as one static HTML page: subjects, upstream status, the proof matrix."""
+
 from __future__ import annotations
 
 import argparse

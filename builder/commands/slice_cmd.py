@@ -1,3 +1,5 @@
+"""`patchset slice`: a small tarball (patched ggml/, test sources, our CMake project) to build elsewhere."""
+
 from __future__ import annotations
 
 import argparse

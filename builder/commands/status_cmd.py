@@ -1,3 +1,5 @@
+"""`patchset status`: the pin, whether its source is verified, and each patch's state."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset test`: test-opt, test-backend-ops and the series' own tests run on a build, and summarised."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset toolchain`: a toolchain the project needs built into the patchset cache, or reused (`objc`)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,3 +1,5 @@
+"""`patchset undo`: 'patched' and patches/ put back as they were before the last series verb, from its recovery ref."""
+
 from __future__ import annotations
 
 import argparse

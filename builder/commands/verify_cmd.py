@@ -1,3 +1,5 @@
+"""`patchset verify`: each patch proven known-positive: its tests fail without the fix and pass with it."""
+
 from __future__ import annotations
 
 import argparse

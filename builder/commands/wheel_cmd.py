@@ -1,3 +1,5 @@
+"""`patchset wheel`: llama-cpp-python built on the committed patched tree, with its provenance inside."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     # imported here: the wheel builder (packaging, tarfile, zipfile) weighs on every other command's start
-    from builder.deliver.wheel import WheelOptions, build_wheel  # noqa: PLC0415
+    from builder.deliver.wheel import WheelOptions  # noqa: PLC0415
+    from builder.deliver.wheel_build import build_wheel  # noqa: PLC0415
 
     options = WheelOptions(
         backend=args.backend, out_dir=args.out.resolve() if args.out else None, sdist=args.sdist,

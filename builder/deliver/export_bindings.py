@@ -27,25 +27,19 @@ from pathlib import Path
 
 from builder.deliver import drift, templates
 from builder.deliver import evidence_facts as facts
-from builder.deliver.export import (
+from builder.deliver.export import ExportResult, PackageResult, fork_only_left_out
+from builder.deliver.export_commits import (
     NOTES,
     Chain,
-    ExportOptions,
-    ExportResult,
-    PackageResult,
     _commit,
-    _find_package_dir,
-    _placeholders_if,
-    _versions,
-    _write_version,
     commit_message,
     find_deps,
-    fork_only_left_out,
     notes_for_author,
     resolve_author,
     slug_of,
     strip_trailers,
 )
+from builder.deliver.export_package import ExportOptions, _find_package_dir, _placeholders_if, _versions, _write_version
 from builder.deliver.rules import ERROR, WARNING, RuleFinding
 from builder.errors import InputError
 from builder.gitrepo import GitRepo
@@ -235,7 +229,7 @@ NOTES_POLICY = (
     "Below is the message this patch carries in the fork's series. Write the commit message (the placeholder",
     "in {mail}) and PR.md's description yourself, from it.",
 )
-"""llama-cpp-python's part of NOTES.md (export.notes_for_author)."""
+"""llama-cpp-python's part of NOTES.md (export_commits.notes_for_author)."""
 
 
 def _submit(repo: str, patch: Patch, mail_name: str, pin: Pin, needs: list[tuple[Patch, list[str]]],

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from builder.deliver import ctest, diffparse
-from builder.deliver.export import Chain, find_deps
+from builder.deliver.export_commits import Chain, find_deps
 from builder.errors import InputError
 from builder.gitrepo import GitRepo
 from builder.project import Project

@@ -15,7 +15,7 @@ from builder.deliver.clean import check_tree
 from builder.deliver.export import ExportOptions, export, strip_trailers
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError, PatchsetError
-from builder.series.model import lint
+from builder.series.load import lint
 
 AUTHOR = "Jane Doe <jane@example.org>"
 

@@ -28,7 +28,7 @@ from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, WheelResult, build_wheel, prepare
 from builder.project import Project, load_project
 from builder.prove.verify import PROVEN, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration

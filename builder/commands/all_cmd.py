@@ -24,7 +24,7 @@ from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_test
 from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
 from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, stand_in, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
 

@@ -35,7 +35,8 @@ from builder.project import Project
 from builder.prove import backends_doc, evidence
 from builder.prove import evidence_rules as rules
 from builder.series.dryrun import split_hunks
-from builder.series.model import Series, load_series
+from builder.series.load import load_series
+from builder.series.model import Series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin

@@ -29,17 +29,10 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import (
-    DEFAULT_TEST_PATHS,
-    TRAILER_PREFIX,
-    Patch,
-    Series,
-    depends_closure,
-    load_series,
-    parse_approval,
-    parse_trailers,
-)
+from builder.series.load import depends_closure, load_series
+from builder.series.model import DEFAULT_TEST_PATHS, Patch, Series
 from builder.series.refresh import format_mails
+from builder.series.trailers import TRAILER_PREFIX, parse_approval, parse_trailers
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import Pin, load_pin

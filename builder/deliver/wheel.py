@@ -54,7 +54,8 @@ from builder.locking import hold
 from builder.pipeline import ensure_patched
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.series.model import Series, load_series
+from builder.series.load import load_series
+from builder.series.model import Series
 from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
 from builder.upstream import mirror
 from builder.upstream.fetch import fetched_tree

@@ -39,7 +39,7 @@ from builder.pipeline import build_dir, declared_tests, ensure_patched, programs
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove.trees import checkout_detached
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.workrepo import PATCHED, UPSTREAM
 
 TBO = "test-backend-ops"

@@ -11,7 +11,8 @@ from builder.progress import ProgressSink
 from builder.project import Project
 from builder.series import dryrun, edit
 from builder.series.dryrun import RebaseReport
-from builder.series.model import Series, load_series
+from builder.series.load import load_series
+from builder.series.model import Series
 from builder.series.refresh import formatted_record
 from builder.series.workrepo import (
     PATCHED,

@@ -36,7 +36,8 @@ from builder.project import Project
 from builder.series import dryrun
 from builder.series import resolutions as rr
 from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport, Scratch
-from builder.series.model import Patch, load_series
+from builder.series.load import load_series
+from builder.series.model import Patch
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import GitSource, load_pin
 

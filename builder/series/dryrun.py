@@ -44,7 +44,8 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo, init_repo
 from builder.project import Project
 from builder.series import resolutions as rr
-from builder.series.model import Patch, load_series
+from builder.series.load import load_series
+from builder.series.model import Patch
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched, merge_shallow
 from builder.upstream.pin import GitSource, Pin, load_pin

@@ -35,8 +35,10 @@ from builder.locking import project_lock
 from builder.project import Project
 from builder.series import dropped as droplog
 from builder.series import movesnap
-from builder.series.model import UPSTREAM_STATES, _upstream_problem, read_series_file
+from builder.series.load import read_series_file
+from builder.series.model import UPSTREAM_STATES
 from builder.series.refresh import current_mails, format_key, format_mails, stale_files, write_series
+from builder.series.trailers import _upstream_problem
 from builder.series.workrepo import (
     PATCHED,
     UPSTREAM,

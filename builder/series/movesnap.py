@@ -18,7 +18,7 @@ from pathlib import Path
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
 from builder.upstream.pin import load_pin
 

@@ -17,7 +17,7 @@ from builder.series import dryrun, movesnap, refname
 from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
 from builder.series.edit import next_recovery_ref
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
 from builder.series.workrepo import (
     OUTCOME_3WAY,

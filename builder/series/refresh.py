@@ -16,7 +16,8 @@ from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series.dryrun import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class
-from builder.series.model import Finding, read_series_file
+from builder.series.load import read_series_file
+from builder.series.model import Finding
 from builder.series.workrepo import (
     PATCHED,
     UPSTREAM,

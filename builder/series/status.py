@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from builder.project import Project
 from builder.series import dropped
 from builder.series.dropped import DropRecord
-from builder.series.model import lint
+from builder.series.load import lint
 from builder.series.refresh import current_mails, format_key
 from builder.series.workrepo import PATCHED, UPSTREAM, State, WorkRepo
 from builder.upstream import fetch as upstream

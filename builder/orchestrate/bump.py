@@ -74,16 +74,8 @@ from builder.series.edit import next_recovery_ref
 from builder.series.load import load_series
 from builder.series.rebase import before_ref, dry_run_rebase, rebase, target_pin
 from builder.series.refresh import FileChange
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    ConflictInfo,
-    Operation,
-    StoppedOnConflict,
-    WorkRepo,
-    ensure_no_op,
-    fingerprint,
-)
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, fingerprint
+from builder.series.workrepo import ConflictInfo, StoppedOnConflict, WorkRepo, ensure_no_op
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, dump_pin, load_pin
 

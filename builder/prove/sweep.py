@@ -40,7 +40,7 @@ from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove.trees import checkout_detached
 from builder.series.load import load_series
-from builder.series.workrepo import PATCHED, UPSTREAM
+from builder.series.workbase import PATCHED, UPSTREAM
 
 TBO = "test-backend-ops"
 FAILING = (FAIL, CRASH)

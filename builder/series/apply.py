@@ -14,16 +14,8 @@ from builder.series.dryrun import RebaseReport
 from builder.series.load import load_series
 from builder.series.model import Series
 from builder.series.refresh import formatted_record
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    Operation,
-    PatchOutcome,
-    WorkRepo,
-    ensure_no_op,
-    fingerprint,
-    patch_digests,
-)
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, PatchOutcome, fingerprint, patch_digests
+from builder.series.workrepo import WorkRepo, ensure_no_op
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched
 from builder.upstream.pin import Pin, load_pin

@@ -39,15 +39,8 @@ from builder.series.load import read_series_file
 from builder.series.model import UPSTREAM_STATES
 from builder.series.refresh import current_mails, format_key, format_mails, stale_files, write_series
 from builder.series.trailers import _upstream_problem
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    WorkRepo,
-    digests_of,
-    ensure_no_op,
-    fingerprint_of,
-    read_patches_dir,
-)
+from builder.series.workbase import PATCHED, UPSTREAM, digests_of, fingerprint_of, read_patches_dir
+from builder.series.workrepo import WorkRepo, ensure_no_op
 from builder.upstream.pin import load_pin
 
 UNDO_PREFIX = "refs/patchset/undo/"

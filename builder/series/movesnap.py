@@ -19,7 +19,8 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER
 from builder.project import Project
 from builder.series.load import load_series
-from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
+from builder.series.workbase import PATCHED, UPSTREAM, fingerprint
+from builder.series.workrepo import WorkRepo
 from builder.upstream.pin import load_pin
 
 MOVE_VERBS = ("rebase", "bump")

@@ -19,6 +19,7 @@ from builder.series.dryrun import Check, RebaseReport
 from builder.series.edit import next_recovery_ref
 from builder.series.load import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, PatchOutcome, fingerprint
 from builder.series.workrepo import (
     OUTCOME_3WAY,
     OUTCOME_CLEAN,
@@ -26,13 +27,8 @@ from builder.series.workrepo import (
     OUTCOME_REUSED,
     OUTCOME_SKIPPED,
     OUTCOME_UPSTREAM,
-    PATCHED,
-    UPSTREAM,
-    Operation,
-    PatchOutcome,
     WorkRepo,
     ensure_no_op,
-    fingerprint,
 )
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import merge_shallow

@@ -18,17 +18,8 @@ from builder.project import Project
 from builder.series.load import read_series_file
 from builder.series.model import Finding
 from builder.series.scratch import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    State,
-    WorkRepo,
-    digests_of,
-    ensure_no_op,
-    ensure_objects,
-    fingerprint_of,
-    read_patches_dir,
-)
+from builder.series.workbase import PATCHED, UPSTREAM, State, digests_of, fingerprint_of, read_patches_dir
+from builder.series.workrepo import WorkRepo, ensure_no_op, ensure_objects
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, load_pin
 

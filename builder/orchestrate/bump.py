@@ -70,7 +70,7 @@ from builder.series.apply import apply
 from builder.series.dropped import DropRecord
 from builder.series.dryrun import FIXED as FIXED_VERDICT
 from builder.series.dryrun import NOT_FIXED, PARTLY_FIXED, PatchReport, RebaseReport
-from builder.series.edit import next_recovery_ref
+from builder.series.journal import next_recovery_ref
 from builder.series.load import load_series
 from builder.series.rebase import before_ref, dry_run_rebase, rebase, target_pin
 from builder.series.refresh import FileChange

@@ -6,7 +6,7 @@ makes a snapshot commit in the work repository: its tree holds the pin file (`pi
 file of `patches/` (under `patches/`), its parents are `patched` and `upstream` as they were. When
 the move has finished, the recovery ref `refs/patchset/undo/NNNN-rebase` (or `-bump`) names it, as
 the series verbs' refs name `patched`. `restore()` puts all three back; it is idempotent, so an
-undo killed half-way is finished by the next command that recovers (`edit.recover`)."""
+undo killed half-way is finished by the next command that recovers (`journal.recover`)."""
 
 from __future__ import annotations
 

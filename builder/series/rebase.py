@@ -16,7 +16,7 @@ from builder.project import Project
 from builder.series import dryrun, movesnap, refname, scratch
 from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
-from builder.series.edit import next_recovery_ref
+from builder.series.journal import next_recovery_ref
 from builder.series.load import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
 from builder.series.workbase import PATCHED, UPSTREAM, Operation, PatchOutcome, fingerprint

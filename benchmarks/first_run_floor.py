@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from builder.compile.cmakebuild import BuildSpec, build
 from builder.pipeline import programs_for
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 GOAL_S = 120.0
 RESULT = ROOT / "benchmarks" / "results" / "first-run-floor.txt"

@@ -39,7 +39,7 @@ from builder.compile.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
 from builder.prove.runner import invocation
 from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, available_backends, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 
 def naive(project, trees: list[tuple[str, str, list]], base: Path, standard: bool,

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from builder.project import Project, default_cache_dir, load_project
 from builder.prove.verify import PROVEN, VerifyReport, verify
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from tests.test_verify import commit_files, init_upstream, program_source, write_project
 
 LIB = ("ggml/src/calc.c", "ggml/src/ops-a.c", "ggml/src/ops-b.c", "ggml/src/ops-c.c")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from builder.gitrepo import COMMITTER
 from builder.project import load_project
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.workrepo import WorkRepo
 from builder.upstream import mirror
 from builder.upstream.pin import SdistSource, load_pin

@@ -80,7 +80,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def version_text(root: Path | None = None) -> str:
     """`patchset --version`: the version, and the pin and series of the project here (when in one)."""
     from builder.project import find_root  # noqa: PLC0415 (only --version needs them)
-    from builder.series.model import read_series_file  # noqa: PLC0415
+    from builder.series.load import read_series_file  # noqa: PLC0415
     from builder.upstream.pin import load_pin  # noqa: PLC0415
     lines = [f"patchset {__version__}"]
     try:

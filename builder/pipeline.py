@@ -17,8 +17,10 @@ from builder.locking import project_lock
 from builder.progress import ProgressSink
 from builder.project import Project
 from builder.series.apply import ApplyResult, apply
-from builder.series.model import Series, load_series
-from builder.series.workrepo import PATCHED, WorkRepo, ensure_objects, fingerprint
+from builder.series.load import load_series
+from builder.series.model import Series
+from builder.series.workbase import PATCHED, fingerprint
+from builder.series.workrepo import WorkRepo, ensure_objects
 from builder.upstream.fetch import fetched_tree
 from builder.upstream.pin import load_pin
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from builder.compile.toolchain import CcacheStats
 from builder.orchestrate.phases import SCHEMA, AllReport, Phase
 from builder.prove.verify import stand_in
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 PATCHES = Path(__file__).resolve().parent.parent / "patches"
 

@@ -12,7 +12,7 @@ import pytest
 from builder.cli import main
 from builder.errors import InputError
 from builder.prove import backends_doc
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 

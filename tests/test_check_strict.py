@@ -16,7 +16,7 @@ from helpers import Proj, make_project, make_upstream
 from builder.cli import main
 from builder.deliver import ctest
 from builder.deliver.readiness import strict_findings
-from builder.series.model import lint
+from builder.series.load import lint
 
 CALC_H = """\
 #pragma once

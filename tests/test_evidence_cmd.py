@@ -16,7 +16,7 @@ from test_export_evidence import verified  # noqa: F401  (the fixture: a project
 from builder.deliver import clean, committed, committed_update
 from builder.errors import InputError
 from builder.project import load_project
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 
 PATCH = "0001-calc-add-adds.patch"

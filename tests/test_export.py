@@ -17,7 +17,7 @@ from builder.deliver.export_commits import strip_trailers
 from builder.deliver.export_package import ExportOptions
 from builder.deliver.templates import placeholder_pattern
 from builder.errors import InputError, PatchsetError
-from builder.series.model import lint
+from builder.series.load import lint
 
 AUTHOR = "Jane Doe <jane@example.org>"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from helpers import REPO_ROOT, Upstream, commit, git, make_upstream, patchset_argv, pin_toml, write_patches
 
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_C, CALC_H, program
 

@@ -18,7 +18,7 @@ from builder.pipeline import run_build, run_tests
 from builder.project import Project
 from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
 from builder.prove.verify import PROVEN, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 pytestmark = pytest.mark.integration
 

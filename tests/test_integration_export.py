@@ -14,7 +14,7 @@ from helpers import copy_real_project, git
 from builder.deliver.clean import check_tree
 from builder.deliver.export import export
 from builder.deliver.export_package import ExportOptions
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 

@@ -14,7 +14,7 @@ from builder.compile import metalcheck
 from builder.gitrepo import GitRepo
 from builder.pipeline import declared_tests, run_build
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(sys.platform != "linux" or not objc_toolchain_found(),

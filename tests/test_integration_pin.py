@@ -8,7 +8,7 @@ import pytest
 from helpers import copy_real_project, git
 
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 

@@ -24,7 +24,8 @@ from builder.prove import kernel_models
 from builder.prove.trees import checkout_detached
 from builder.prove.verify import NOT_PROVEN, PROVEN, verify
 from builder.series.apply import apply
-from builder.series.model import Patch, load_series
+from builder.series.load import load_series
+from builder.series.model import Patch
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from builder.deliver.wheel import WheelOptions, prepare
 from builder.deliver.wheel_build import WheelResult, build_wheel
 from builder.project import Project, load_project
 from builder.prove.verify import PROVEN, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 
 pytestmark = pytest.mark.integration

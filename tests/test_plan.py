@@ -14,7 +14,7 @@ from test_verify import project_dir  # noqa: F401 (the fixture)
 
 from builder.project import Project, load_project
 from builder.prove.verify import plan
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 
 def test_the_plan_names_each_tree_and_builds_nothing(project_dir: Path, tmp_path: Path) -> None:  # noqa: F811

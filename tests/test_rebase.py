@@ -7,7 +7,7 @@ from helpers import A_C, B_C, PATCH1_A_C, PATCH2_B_C, STANDARD_NAMES, Proj
 
 from builder.errors import ConflictError, SourceError, WorkTreeError
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.rebase import abort_rebase, continue_rebase, rebase
 from builder.series.workrepo import OUTCOME_3WAY, OUTCOME_CLEAN, OUTCOME_RESOLVED, OUTCOME_UPSTREAM, WorkRepo
 from builder.upstream.pin import load_pin

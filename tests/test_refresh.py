@@ -12,7 +12,7 @@ from builder.cli import main
 from builder.errors import SeriesError, WorkTreeError
 from builder.series import refresh as refresh_mod
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.refresh import check_current, refresh
 from builder.series.status import status
 

@@ -11,17 +11,9 @@ from helpers import B_C, Proj, make_project, make_upstream, pin_toml
 
 from builder.cli import main
 from builder.series.apply import apply
-from builder.series.dryrun import (
-    CHANGED,
-    CLEAN,
-    CONFLICT,
-    CONTEXT_ONLY,
-    UNCHANGED,
-    change_class,
-    dry_run_apply,
-    follow_renames,
-)
+from builder.series.dryrun import CLEAN, CONFLICT, dry_run_apply
 from builder.series.rebase import dry_run_rebase, rebase
+from builder.series.scratch import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class, follow_renames
 
 MOVED = "src/b.c -> lib/b.c"
 

@@ -19,7 +19,7 @@ from builder.compile.testrun import FAIL, FAILED, PASS, Invocation, parse_consol
 from builder.errors import InputError, TestRunError
 from builder.prove import evidence as ev
 from builder.prove.verify import available_backends
-from builder.series.model import meta_from_trailers, parse_trailers
+from builder.series.trailers import meta_from_trailers, parse_trailers
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "metal-replay-before-acc-set.trace.jsonl"

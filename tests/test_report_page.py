@@ -25,7 +25,7 @@ from builder.prove.cases import ROLES
 from builder.prove.verify import OUTCOMES
 from builder.series.canary import CanaryReport, Commit, PatchCanary
 from builder.series.dropped import DropRecord
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.status import PatchStatus
 from builder.upstream.pin import load_pin
 

@@ -16,7 +16,8 @@ from builder.prove.canary_check import checker as canary_checker
 from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.canary import KIND_BUILD
-from builder.series.model import Patch, load_series
+from builder.series.load import load_series
+from builder.series.model import Patch
 from builder.series.rebase import dry_run_rebase
 from builder.words import CANNOT_TELL, NOT_PROVEN, PROVEN
 from tests.test_bump import SUB_FIX, make_mini, trailers

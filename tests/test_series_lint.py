@@ -10,7 +10,9 @@ from helpers import STANDARD_NAMES, Proj
 
 from builder.cli import main
 from builder.errors import SeriesError
-from builder.series.model import Finding, deprecations, lint, load_series
+from builder.series.load import lint, load_series
+from builder.series.model import Finding
+from builder.series.trailers import deprecations
 
 
 def _line(path: Path, needle: str) -> int:

@@ -18,7 +18,7 @@ from helpers import (
 )
 
 from builder.series.edit import set_upstream_trailer
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 
 def ps(p: Proj, *args: str) -> tuple[int, str]:

@@ -30,7 +30,7 @@ from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
 from builder.prove.verify import NOT_PROVEN, PROVEN, PatchVerdict, verify
 from builder.series.apply import apply
-from builder.series.model import load_series
+from builder.series.load import load_series
 from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, mutation, write_project
 
 CALC_C = """\

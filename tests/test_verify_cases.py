@@ -16,7 +16,8 @@ from builder.project import load_project
 from builder.prove import cases
 from builder.prove.verify import NOT_PROVEN, OUTCOMES, PROVEN, markdown_table, verify
 from builder.series.apply import apply
-from builder.series.model import load_series, meta_from_trailers
+from builder.series.load import load_series
+from builder.series.trailers import meta_from_trailers
 
 CALC_H = """\
 #pragma once

@@ -18,7 +18,7 @@ from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove import hunks as hk
 from builder.prove.verify import NOT_PROVEN, PROVEN, hunk_test_limits, report_table, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 
 def filler(name: str) -> str:

@@ -23,7 +23,7 @@ from builder.compile.toolchain import find_ccache
 from builder.deliver.provenance import PatchRecord, local_label, patch_records, series_hash, wheel_version
 from builder.deliver.wheel import MODULE_TEMPLATE, WheelOptions, prepare, resolve_sdist, sync_tree
 from builder.errors import DriftError, InputError, SourceError, WorkTreeError
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import Pin, load_pin
 
 LLAMA_H = """\

@@ -36,7 +36,7 @@ from builder.pipeline import build_dir, declared_tests, ensure_patched, run_buil
 from builder.project import Project
 from builder.prove.plan import WHY, Node, Plan
 from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, plan, stand_in, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
 

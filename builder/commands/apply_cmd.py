@@ -10,7 +10,7 @@ from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
-from builder.series.workrepo import PatchOutcome
+from builder.series.workbase import PatchOutcome
 
 NAME = "apply"
 HELP = "fetch if needed, then build branch 'patched' = pinned upstream + the series in the work repository"

@@ -12,7 +12,8 @@ from builder.errors import Outcome
 from builder.project import Project
 from builder.series import dropped
 from builder.series import resolutions as rr
-from builder.series.model import deprecations, lint
+from builder.series.load import lint
+from builder.series.trailers import deprecations
 
 NAME = "check"
 HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers; "

@@ -10,7 +10,7 @@ from builder.console import console
 from builder.deliver import committed, committed_update
 from builder.errors import Outcome
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 
 NAME = "evidence"

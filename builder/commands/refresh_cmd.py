@@ -9,9 +9,9 @@ from builder.console import console
 from builder.errors import Outcome
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.dryrun import CONTEXT_ONLY
 from builder.series.edit import finish_pending
 from builder.series.refresh import FileChange, check_current, refresh
+from builder.series.scratch import CONTEXT_ONLY
 
 NAME = "refresh"
 HELP = "write patches/ back from the 'patched' branch (byte-stable)"

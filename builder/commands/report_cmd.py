@@ -9,7 +9,7 @@ from builder.console import console
 from builder.deliver import report_page
 from builder.errors import Outcome
 from builder.project import Project
-from builder.series.model import load_series
+from builder.series.load import load_series
 from builder.series.status import status
 
 NAME = "report"

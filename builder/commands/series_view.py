@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from builder.console import console
-from builder.series.edit import EditResult, Recovery
+from builder.series.journal import EditResult, Recovery
 
 
 def print_edit(result: EditResult) -> None:

@@ -16,7 +16,7 @@ from builder.locking import project_lock
 from builder.pipeline import declared_tests
 from builder.project import Project
 from builder.prove import sweep as sweepmod
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 
 def print_sweep(r: sweepmod.SweepReport) -> None:

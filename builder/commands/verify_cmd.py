@@ -19,7 +19,7 @@ from builder.prove import backends_doc
 from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
 from builder.prove.plan import Plan, render
 from builder.prove.verify import PROVEN, PatchVerdict, VerifyReport, plan, report_table, verify
-from builder.series.model import load_series
+from builder.series.load import load_series
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"

@@ -22,8 +22,8 @@ from builder.errors import InputError
 from builder.fsutil import load_json, sha256_file
 from builder.prove import backends_doc
 from builder.prove import evidence_rules as rules
-from builder.series.dryrun import split_hunks
 from builder.series.model import Series
+from builder.series.scratch import split_hunks
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "patchset-evidence-manifest/1"

@@ -38,7 +38,8 @@ from builder.locking import project_lock
 from builder.project import Project
 from builder.prove import backends_doc, evidence
 from builder.prove import evidence_rules as rules
-from builder.series.model import Series, load_series
+from builder.series.load import load_series
+from builder.series.model import Series
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin

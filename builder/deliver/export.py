@@ -56,13 +56,10 @@ from builder.errors import InputError, PatchsetError, WorkTreeError
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import (
-    TRAILER_PREFIX,
-    Patch,
-    depends_closure,
-    load_series,
-)
+from builder.series.load import depends_closure, load_series
+from builder.series.model import Patch
 from builder.series.refresh import format_mails
+from builder.series.trailers import TRAILER_PREFIX
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import Pin, load_pin

@@ -45,7 +45,8 @@ from builder.errors import InputError
 from builder.gitrepo import GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.model import Patch, Series, depends_closure, load_series
+from builder.series.load import depends_closure, load_series
+from builder.series.model import Patch, Series
 from builder.series.refresh import format_mails
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch

@@ -9,12 +9,8 @@ from builder import proc
 from builder.deliver import templates
 from builder.errors import InputError
 from builder.gitrepo import ISOLATED, GitRepo
-from builder.series.model import (
-    TRAILER_PREFIX,
-    Patch,
-    parse_approval,
-    parse_trailers,
-)
+from builder.series.model import Patch
+from builder.series.trailers import TRAILER_PREFIX, parse_approval, parse_trailers
 
 NOTES = "NOTES.md"
 """The series' message of the patch, offered to the author as notes (never sent)."""

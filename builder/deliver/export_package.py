@@ -20,12 +20,8 @@ from builder.errors import PatchsetError
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.project import Project
-from builder.series.model import (
-    DEFAULT_TEST_PATHS,
-    Patch,
-    Series,
-    depends_closure,
-)
+from builder.series.load import depends_closure
+from builder.series.model import DEFAULT_TEST_PATHS, Patch, Series
 from builder.upstream.pin import Pin
 
 MAIL_FILES = ("PR.md", "ISSUE.md", "submit.txt")

@@ -30,8 +30,9 @@ from builder.errors import InputError
 from builder.gitrepo import GitRepo
 from builder.project import Project
 from builder.prove.hunks import in_paths
-from builder.series.dryrun import scratch_repo
-from builder.series.model import Finding, Patch, Series, TestSpec, depends_closure
+from builder.series.load import depends_closure
+from builder.series.model import Finding, Patch, Series, TestSpec
+from builder.series.scratch import scratch_repo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
 

@@ -48,8 +48,10 @@ from builder.gitrepo import ISOLATED
 from builder.pipeline import ensure_patched
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.series.model import Series, load_series
-from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
+from builder.series.load import load_series
+from builder.series.model import Series
+from builder.series.workbase import PATCHED, UPSTREAM, fingerprint
+from builder.series.workrepo import WorkRepo
 from builder.upstream import mirror
 from builder.upstream.fetch import fetched_tree
 from builder.upstream.pin import Pin, SdistSource, load_pin

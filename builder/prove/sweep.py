@@ -39,8 +39,8 @@ from builder.pipeline import build_dir, declared_tests, ensure_patched, programs
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove.trees import checkout_detached
-from builder.series.model import load_series
-from builder.series.workrepo import PATCHED, UPSTREAM
+from builder.series.load import load_series
+from builder.series.workbase import PATCHED, UPSTREAM
 
 TBO = "test-backend-ops"
 FAILING = (FAIL, CRASH)

@@ -42,7 +42,8 @@ from builder.prove.hunkrun import HunkRunner
 from builder.prove.proofkeys import ProofKeys
 from builder.prove.treebuild import TreeBuilder
 from builder.prove.trees import Trees, make_trees
-from builder.series.model import Patch, TestSpec, load_series
+from builder.series.load import load_series
+from builder.series.model import Patch, TestSpec
 from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import Fetched, fetch
 from builder.upstream.pin import Pin, load_pin

@@ -9,20 +9,13 @@ from builder.errors import WorkTreeError
 from builder.locking import project_lock
 from builder.progress import ProgressSink
 from builder.project import Project
-from builder.series import dryrun, edit
+from builder.series import dryrun, journal
 from builder.series.dryrun import RebaseReport
-from builder.series.model import Series, load_series
+from builder.series.load import load_series
+from builder.series.model import Series
 from builder.series.refresh import formatted_record
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    Operation,
-    PatchOutcome,
-    WorkRepo,
-    ensure_no_op,
-    fingerprint,
-    patch_digests,
-)
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, PatchOutcome, fingerprint, patch_digests
+from builder.series.workrepo import WorkRepo, ensure_no_op
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import Fetched
 from builder.upstream.pin import Pin, load_pin
@@ -64,7 +57,7 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
     """Make `patched` = pin + series. Does nothing when nothing changed; never loses work."""
     with project_lock(project.lock_file, purpose=PURPOSE):
         pin, series, fetched, work = prepare(project, progress)
-        edit.recover(project, work)
+        journal.recover(project, work)
         if work.load_state().op is not None:
             ensure_no_op(work)
             # an interrupted operation rolled back: `upstream` may still be where it left it
@@ -90,7 +83,7 @@ def apply(project: Project, force: bool = False, progress: ProgressSink | None =
                     "changes, or `patchset apply --force` (saves them under refs/patchset/backup/ first)"
                 )
             backups = work.backup("apply --force")
-            edit.forget_edit(work)
+            journal.forget_edit(work)
         mails = [(f"{p.index:04d}.patch", p.path.read_bytes()) for p in series.patches]
         op = Operation("apply", [], head, work.git.current_branch(), None,
                        fingerprint=fp, names=[p.name for p in series.patches])

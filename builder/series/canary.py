@@ -33,10 +33,12 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
-from builder.series import dryrun
+from builder.series import dryrun, scratch
 from builder.series import resolutions as rr
-from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport, Scratch
-from builder.series.model import Patch, load_series
+from builder.series.dryrun import CONFLICT, DEPENDS, UPSTREAM, PatchReport
+from builder.series.load import load_series
+from builder.series.model import Patch
+from builder.series.scratch import Scratch
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import GitSource, load_pin
 
@@ -210,11 +212,11 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
                          "from the git source")
     mails = [p.path for p in series.patches]
     names = [p.name for p in series.patches]
-    with dryrun.scratch_repo([fetched.repo / "objects"]) as sc:
+    with scratch.scratch_repo([fetched.repo / "objects"]) as sc:
         sc.resolutions = rr.load(project.patches_dir)
         sc.hunks = False
         # the files of the pin the series changes (not those it creates): a rename can only take those
-        paths = sorted({p for mail in mails for p, _h, _l in dryrun.split_hunks(mail.read_bytes())})
+        paths = sorted({p for mail in mails for p, _h, _l in scratch.split_hunks(mail.read_bytes())})
         at_pin = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", fetched.tree, "--", *paths).stdout.split("\0"))
         touched = [p for p in paths if p in at_pin]
         new_id = _history(sc.git, urls, pin.commit, new, old)
@@ -309,13 +311,13 @@ def _one(sc: Scratch, k: int, name: str, mail: Path, tried: list[str], old_id: s
     if bad == n:
         return PatchCanary(name, tries, None, last_good, renamed=renamed, resolutions=reused)
     row = table(tried[bad])[k]
-    commit = _commit(git, tried[bad], dryrun.split_hunks(mail.read_bytes()), row)
+    commit = _commit(git, tried[bad], scratch.split_hunks(mail.read_bytes()), row)
     if _applies(row):
         # it applies there: the build or the test stopped it
         kind, why = verdict(k, tried[bad])
         return PatchCanary(name, tries, commit, last_good, kind, why=why, renamed=renamed, resolutions=reused)
     kind = {DEPENDS: KIND_DEPENDS, UPSTREAM: KIND_UPSTREAM}.get(row.outcome, KIND_CONFLICT)
-    paths = {p for p, _h, _l in dryrun.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
+    paths = {p for p, _h, _l in scratch.split_hunks(mail.read_bytes())} | {r.split(" -> ")[-1] for r in renamed}
     if row.outcome == CONFLICT and _moves(git, tried[bad], paths):
         kind = KIND_RENAME
     hunks = row.hunks
@@ -349,7 +351,7 @@ def _table_at(sc: Scratch, names: list[str], mails: list[Path], pin_tree: str,
     tree = sc.git.out("rev-parse", f"{commit}^{{tree}}")
     present = set(sc.git.run("ls-tree", "-r", "-z", "--name-only", tree, "--", *touched).stdout.split("\0"))
     gone = [p for p in touched if p not in present]
-    moved, followed = sc.follow(mails, dryrun.renames(sc.git, pin_tree, tree) if gone else {})
+    moved, followed = sc.follow(mails, scratch.renames(sc.git, pin_tree, tree) if gone else {})
     if sc.applies_all(tree, moved):
         rows = [PatchReport(name, dryrun.CLEAN) for name in names]
     else:

@@ -17,8 +17,8 @@ from builder import proc
 from builder.errors import SeriesError
 from builder.fsutil import atomic_write
 from builder.gitrepo import ISOLATED
-from builder.series.dryrun import patch_ids
 from builder.series.model import Finding, Series
+from builder.series.scratch import patch_ids
 
 NAME = "dropped"
 

@@ -23,7 +23,8 @@ from builder.errors import InputError, ProcessError
 from builder.gitrepo import COMMITTER, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.edit import TEMPLATE_BODY, EditResult, _commit, _in_step, _rewrite
+from builder.series.edit import TEMPLATE_BODY
+from builder.series.journal import EditResult, _commit, _in_step, _rewrite
 from builder.series.workrepo import WorkRepo
 
 _INFO = re.compile(r"^(Author|Email|Subject|Date): ?(.*)$", re.MULTILINE)

@@ -6,7 +6,7 @@ makes a snapshot commit in the work repository: its tree holds the pin file (`pi
 file of `patches/` (under `patches/`), its parents are `patched` and `upstream` as they were. When
 the move has finished, the recovery ref `refs/patchset/undo/NNNN-rebase` (or `-bump`) names it, as
 the series verbs' refs name `patched`. `restore()` puts all three back; it is idempotent, so an
-undo killed half-way is finished by the next command that recovers (`edit.recover`)."""
+undo killed half-way is finished by the next command that recovers (`journal.recover`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from pathlib import Path
 from builder.fsutil import atomic_write_text
 from builder.gitrepo import COMMITTER
 from builder.project import Project
-from builder.series.model import load_series
-from builder.series.workrepo import PATCHED, UPSTREAM, WorkRepo, fingerprint
+from builder.series.load import load_series
+from builder.series.workbase import PATCHED, UPSTREAM, fingerprint
+from builder.series.workrepo import WorkRepo
 from builder.upstream.pin import load_pin
 
 MOVE_VERBS = ("rebase", "bump")

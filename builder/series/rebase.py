@@ -13,12 +13,13 @@ from builder.fsutil import atomic_write_text
 from builder.gitrepo import ISOLATED
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series import dryrun, movesnap, refname
+from builder.series import dryrun, movesnap, refname, scratch
 from builder.series import resolutions as rr
 from builder.series.dryrun import Check, RebaseReport
-from builder.series.edit import next_recovery_ref
-from builder.series.model import load_series
+from builder.series.journal import next_recovery_ref
+from builder.series.load import load_series
 from builder.series.refresh import FileChange, format_mails, write_series
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, PatchOutcome, fingerprint
 from builder.series.workrepo import (
     OUTCOME_3WAY,
     OUTCOME_CLEAN,
@@ -26,13 +27,8 @@ from builder.series.workrepo import (
     OUTCOME_REUSED,
     OUTCOME_SKIPPED,
     OUTCOME_UPSTREAM,
-    PATCHED,
-    UPSTREAM,
-    Operation,
-    PatchOutcome,
     WorkRepo,
     ensure_no_op,
-    fingerprint,
 )
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import merge_shallow
@@ -150,8 +146,8 @@ def rebase(project: Project, onto: str, check: Check | None = None,
             alternates.write_text(alternates.read_text() + want + "\n")
         merge_shallow(fetched.repo, work.path / ".git")
         # upstream's renames followed: each mail's paths rewritten to the files' new names
-        moved = dryrun.renames(work.git, old_base, fetched.commit)
-        mails = [(name, dryrun.follow_renames(data, moved)[0]) for name, data in mails]
+        moved = scratch.renames(work.git, old_base, fetched.commit)
+        mails = [(name, scratch.follow_renames(data, moved)[0]) for name, data in mails]
         op = Operation("rebase", [], work.head(), work.git.current_branch(), old_base, detect_upstream=True,
                        names=[name for name, _ in kept], new_pin_toml=dump_pin(new_pin),
                        new_upstream=fetched.commit)
@@ -211,7 +207,7 @@ def _finish(project: Project, work: WorkRepo, old_pin: Pin, new_pin: Pin, outcom
     write_pin(new_pin, project.pin_file)
     changes = write_series(project.patches_dir, format_mails(work.git, f"{UPSTREAM}..{PATCHED}"))
     series = load_series(project.patches_dir)
-    kinds = {p.name: dryrun.change_class(before[p.name], p.path.read_bytes())
+    kinds = {p.name: scratch.change_class(before[p.name], p.path.read_bytes())
              for p in series.patches if p.name in before}
     new_up = work.git.out("rev-parse", UPSTREAM)
     work.git.update_ref("refs/patchset/pin", new_up)
@@ -229,13 +225,13 @@ def _followed(project: Project, work: WorkRepo, old_base: str | None, old_head: 
     before patches/ is rewritten (its names are the old series', in the old commits' order)."""
     if not old_base or not old_head:
         return {}
-    moved = dryrun.renames(work.git, old_base, UPSTREAM)
+    moved = scratch.renames(work.git, old_base, UPSTREAM)
     if not moved:
         return {}
     old = load_series(project.patches_dir).patches
     mails = format_mails(work.git, f"{old_base}..{old_head}")
     return {p.name: done for p, (_, data) in zip(old, mails, strict=False)
-            if (done := dryrun.follow_renames(data, moved)[1])}
+            if (done := scratch.follow_renames(data, moved)[1])}
 
 
 def continue_rebase(project: Project) -> RebaseResult:

@@ -15,19 +15,11 @@ from builder.fsutil import atomic_write, atomic_write_text
 from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
-from builder.series.dryrun import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class
-from builder.series.model import Finding, read_series_file
-from builder.series.workrepo import (
-    PATCHED,
-    UPSTREAM,
-    State,
-    WorkRepo,
-    digests_of,
-    ensure_no_op,
-    ensure_objects,
-    fingerprint_of,
-    read_patches_dir,
-)
+from builder.series.load import read_series_file
+from builder.series.model import Finding
+from builder.series.scratch import CHANGED, CONTEXT_ONLY, UNCHANGED, change_class
+from builder.series.workbase import PATCHED, UPSTREAM, State, digests_of, fingerprint_of, read_patches_dir
+from builder.series.workrepo import WorkRepo, ensure_no_op, ensure_objects
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, load_pin
 
@@ -51,7 +43,7 @@ class FileChange:
     review: str = ""
     """An updated patch: `context only` when its message and the lines it adds and removes are
     unchanged (an earlier patch or upstream moved the lines around it: only context, line numbers or
-    blob ids differ; no new review needed), else `changed` (`dryrun.change_class`)."""
+    blob ids differ; no new review needed), else `changed` (`scratch.change_class`)."""
 
 
 def review_class(old: bytes | None, new: bytes) -> str:

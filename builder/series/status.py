@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from builder.project import Project
 from builder.series import dropped
 from builder.series.dropped import DropRecord
-from builder.series.model import lint
+from builder.series.load import lint
 from builder.series.refresh import current_mails, format_key
-from builder.series.workrepo import PATCHED, UPSTREAM, State, WorkRepo
+from builder.series.workbase import PATCHED, UPSTREAM, State
+from builder.series.workrepo import WorkRepo
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, load_pin
 

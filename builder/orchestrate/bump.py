@@ -88,11 +88,11 @@ from builder.series import dropped as droplog
 from builder.series import dryrun, movesnap
 from builder.series.apply import apply
 from builder.series.dropped import DropRecord
-from builder.series.dryrun import UPSTREAM, PatchReport, RebaseReport
+from builder.series.dryrun import PatchReport, RebaseReport
 from builder.series.journal import next_recovery_ref
 from builder.series.load import load_series
 from builder.series.rebase import before_ref, dry_run_rebase, rebase, target_pin
-from builder.series.workbase import PATCHED, Operation, fingerprint
+from builder.series.workbase import PATCHED, UPSTREAM, Operation, fingerprint
 from builder.series.workrepo import StoppedOnConflict, WorkRepo, ensure_no_op
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, dump_pin, load_pin

@@ -314,6 +314,7 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
         "sweep": ("test", "--against", "upstream", "-j", "2", "--confirm", "0", "--json"),
         "verify": ("verify", "--backend", "cpu", "-j", "2", "--json"),
         "verify-recorded": ("verify", "--report", "--json"),
+        "plan": ("verify", "--plan", "--json"),
         "all": ("all", "-j", "2", "--json"),
         "canary": ("canary", "--range", f"..{moved}", "--json"),
         "export": ("export", "--check", "--author", "Ann Example <ann@example.org>", "--out", str(tmp_path / "x"),

@@ -14,7 +14,7 @@ from builder.compile.cmakebuild import BuildResult
 from builder.compile.testrun import FAILED, PASSED, series_ops
 from builder.compile.toolchain import find_tool
 from builder.gitrepo import GitRepo
-from builder.pipeline import run_build, run_tests
+from builder.pipeline import declared_tests, run_build, run_tests
 from builder.project import Project
 from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
 from builder.prove.verify import PROVEN, verify
@@ -76,7 +76,8 @@ def test_series_tests_pass_on_the_cpu(project: Project, built) -> None:
     assert opt.verdict == PASSED and opt.failed == 0
     assert opt.passed >= 164  # the pin's own 118 + 46, plus the series' new cases
     assert ops.verdict == PASSED and ops.failed == 0
-    declared = series_ops([(t.program, t.args) for p in series.patches for t in p.meta.tests])
+    # the tests the series declares for the CPU (patches 1 and 6 test Metal's buffer lookup on Metal only)
+    declared = series_ops(declared_tests(series, "cpu"))
     assert set(declared) >= {"ACC", "SET"}
     seen = {c.name for c in ops.cases if c.status == "pass"}
     assert set(declared) <= seen, f"ops without a passing case: {set(declared) - seen}"
@@ -106,8 +107,8 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     data = json.loads(outcomes[acc_set].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["after"]
     assert data["steps"][0]["verdict"] == "passes"
-    # its after tree is the work repository's own tree: built in `patchset build`'s folder, not again
-    assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'cpu-minimal'} ")
+    # its after tree is patch 6's parent, built in verify's own folder (the work tree is patch 6's)
+    assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'verify-cpu-minimal'}")
     # patch 3's proof includes its three mutations, each seen failing; its cases use the public API only,
     # so the tree before the fix builds and its test fails
     data = json.loads(outcomes[opt_free].evidence_json.read_text())

@@ -36,7 +36,8 @@ REPLAY_TEST = ("test-backend-ops", ("test", "-o", "ACC,SET"))
 
 def acc_set_patch(patches_dir: Path) -> Patch:
     found = [p for p in load_series(patches_dir).patches
-             if "ggml/src/ggml-metal/ggml-metal-ops.cpp" in p.files and "tests/test-backend-ops.cpp" in p.files]
+             if "ggml/src/ggml-metal/ggml-metal-ops.cpp" in p.files and "tests/test-backend-ops.cpp" in p.files
+             and any("ACC,SET" in t.args for t in p.meta.tests)]
     assert len(found) == 1, [p.name for p in found]
     return found[0]
 

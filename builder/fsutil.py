@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,21 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+HALF_WRITTEN = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
+"""The name atomic_write's temporary file has (`.NAME.XXXXXXXX.tmp`): one left behind is a write killed
+half-way (the process was killed while it wrote; in verify's lanes, while another lane hit a kill)."""
+
+
+def remove_half_written(folder: Path) -> list[Path]:
+    """Remove the half-written files atomic_write left in `folder` and the folders below it; the caller
+    holds the lock of whatever writes there. Returns what was removed."""
+    gone = [f for f in sorted(folder.rglob(".*.tmp")) if f.is_file() and HALF_WRITTEN.match(f.name)] \
+        if folder.is_dir() else []
+    for f in gone:
+        f.unlink(missing_ok=True)
+    return gone
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import LockError
+from builder.fsutil import HALF_WRITTEN
 from builder.locking import cache_lock, project_lock
 from builder.project import Project
 from builder.series.workrepo import WorkRepo
@@ -56,7 +57,6 @@ def _cache_temp(project: Project, dry_run: bool, removed: list[str], skipped: li
         skipped.append(f"{tmp}: a fetch is running (cache lock held); its temporary folders were left alone")
 
 
-_HALF_WRITTEN = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
 
 
 def _state_temp(project: Project, work: WorkRepo, dry_run: bool, removed: list[str]) -> None:
@@ -65,7 +65,7 @@ def _state_temp(project: Project, work: WorkRepo, dry_run: bool, removed: list[s
         if not d.is_dir():
             continue
         for f in sorted(d.iterdir()):
-            if f.is_file() and (_HALF_WRITTEN.match(f.name) or f.name.endswith((".tar.tmp", ".tar.gz.tmp"))):
+            if f.is_file() and (HALF_WRITTEN.match(f.name) or f.name.endswith((".tar.tmp", ".tar.gz.tmp"))):
                 _remove(f, dry_run)
                 removed.append(f"half-written file {f}")
     if work.exists() and work.queue_dir.exists() and work.load_state().op is None:

@@ -144,3 +144,18 @@ def test_the_reused_tests_of_all_are_keyed_on_the_environment_too(tmp_path: Path
     assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is not None
     monkeypatch.setenv("GGML_SCHED_MAX_COPIES", "1")
     assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is None
+
+
+def test_verify_removes_an_evidence_file_a_kill_left_half_written(tmp_path: Path) -> None:
+    """A lane killed while another lane was writing its evidence leaves `.cpu.json.XXXX.tmp` (a CI rehearsal of
+    the two-lane kill scenario found one after the rerun); the next verify removes it under its lock, and
+    nothing else of the folder."""
+    project = _project(tmp_path, "cpu")
+    (v,) = verify(project, backends=["cpu"]).verdicts
+    folder = v.evidence_json.parent
+    half = folder / ".cpu.json.k1ll3d_x.tmp"
+    half.write_text('{"format": ')
+    mine = folder / "notes.tmp"  # not a name atomic_write makes
+    mine.write_text("mine\n")
+    again = verify(project, backends=["cpu"]).verdicts[0]
+    assert again.reused and not half.exists() and mine.read_text() == "mine\n"

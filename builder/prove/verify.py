@@ -31,6 +31,7 @@ from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain, testrun
 from builder.compile.jobserver import Jobserver
+from builder.fsutil import remove_half_written
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project, default_cache_dir
@@ -621,6 +622,8 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             on_verdict: Callable[[PatchVerdict], None] | None = None,
             also: Mapping[str, list[str]] | None = None) -> VerifyReport:
     pairs = _pairs(v, names, _backends(backends), also)
+    # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read
+    remove_half_written(v.project.evidence_dir)
     trees = v.make_trees()
     # from the head of the series down: neighbouring trees differ least, so each switch of the
     # one verify worktree recompiles little

@@ -233,20 +233,28 @@ def test_export_names_the_proof_and_the_undeclared_guard_cases(verified) -> None
     assert "sub(a=5,b=3)" in lines and "guard" not in lines
 
 
+def _test_opt_crashed_in_adamw() -> tuple[str, str, str]:
+    """The pin's test-opt output, that output cut where the adamw group starts with one of its cases failed
+    (a run that crashed there, before the group's name), and that case."""
+    pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
+    first = pin.index("  Backend CPU adamw:")
+    case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"
+    crashed = pin[:first].replace(f"{case}: \x1b[1;32mOK\x1b[0m", f"{case}: \x1b[1;31mFAIL\x1b[0m", 1)
+    return pin, crashed, case
+
+
+def result(text: str, signal: str | None) -> testrun.ProgramResult:
+    """test-opt's `text` as a run that ended by `signal` (None: exit 0)."""
+    found, totals, _ = testrun.parse_console(text, "test-opt")
+    return testrun.ProgramResult("test-opt", (), -11 if signal else 0, signal, tuple(found), 0.1, Path("log"), totals)
+
+
 def test_a_run_stopped_inside_a_group_named_at_its_end_is_matched_to_that_group() -> None:
     """test-opt names its optimizer only after a group's cases (`Backend CPU adamw: OK`): a before run
     that crashed in the adamw group prints those cases without the name. They are the after run's
     adamw cases: the ones that fail before and pass after are the proof (on the H200, patch 3's proof
     was lost this way: every before case read as absent after)."""
-    pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
-    first = pin.index("  Backend CPU adamw:")
-    case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"
-    crashed = pin[:first].replace(f"{case}: \x1b[1;32mOK\x1b[0m", f"{case}: \x1b[1;31mFAIL\x1b[0m", 1)
-
-    def result(text: str, signal: str | None) -> testrun.ProgramResult:
-        found, totals, _ = testrun.parse_console(text, "test-opt")
-        return testrun.ProgramResult("test-opt", (), -11 if signal else 0, signal, tuple(found), 0.1,
-                                     Path("log"), totals)
+    pin, crashed, case = _test_opt_crashed_in_adamw()
 
     rows = cases.table("test-opt", result(crashed, "SIGSEGV"), result(pin, None), None, (), new_program=False)
     proof = [r for r in rows if r.role == cases.PROOF]
@@ -259,15 +267,7 @@ def test_confirming_runs_stopped_inside_a_group_named_at_its_end_are_matched_to_
     as the first did, so its cases print without the group's name too. They are matched to the after run's
     group as the first run's are: the case fails in every run and is proof (each read as `not reached`, the
     proof was flaky 1 of 3 runs)."""
-    pin = (Path(__file__).parent / "data" / "test-opt-pin.txt").read_text()
-    first = pin.index("  Backend CPU adamw:")
-    case = "test_dataset(shuffle=no, ndata_shard=1, ndata_batch=1)"
-    crashed = pin[:first].replace(f"{case}: \x1b[1;32mOK\x1b[0m", f"{case}: \x1b[1;31mFAIL\x1b[0m", 1)
-
-    def result(text: str, signal: str | None) -> testrun.ProgramResult:
-        found, totals, _ = testrun.parse_console(text, "test-opt")
-        return testrun.ProgramResult("test-opt", (), -11 if signal else 0, signal, tuple(found), 0.1,
-                                     Path("log"), totals)
+    pin, crashed, case = _test_opt_crashed_in_adamw()
 
     again = result(crashed, "SIGSEGV")
     rows = cases.table("test-opt", again, result(pin, None), None, (), new_program=False,

@@ -12,6 +12,11 @@ every core busy all the time), with the ratio to the goals (issue 44: cold withi
 260 s on 2; warm within 5 s).
 
     python benchmarks/first_run.py [--project DIR] [--jobs N] [--backend B] [--keep] [--no-sequential]
+                                   [--bundle FILE]
+
+`--bundle` (a machine without network, such as the GPU host: `patchset fetch --export-bundle FILE`
+made elsewhere) puts the pin into each clone's empty cache from that git bundle before its cold run,
+untimed: the cold runs then measure everything but the download.
 
 A cold run of this project's series fetches the pin and builds every tree verify needs: minutes.
 `--project` takes a small synthetic project (upstream/llama.cpp.toml and patches/) to try the
@@ -98,6 +103,15 @@ def floor_ratio(wall: float, cpu: float, cores: int) -> float:
     return wall / (cpu / cores) if cpu > 0 else float("nan")
 
 
+def run_line(label: str, rc: int, wall: float, cpu: float, data: dict, cores: int) -> str:
+    """One run's wall and CPU seconds, its ratio to the floor and to the goal."""
+    goal = WARM_GOAL_S if label == "warm" else cold_goal_s(cores)
+    reused = data.get("reused") or {}
+    return (f"{label:<10} {wall:7.1f} s wall, {cpu:7.1f} CPU-s, {floor_ratio(wall, cpu, cores):.2f}x the floor "
+            f"on {cores} core(s); exit {rc}; {wall / goal:.2f} of the {goal:.0f} s goal; reused "
+            f"{reused.get('phases', 0)} of {reused.get('of', 0)} phase(s); ccache {cache_text(data.get('ccache'))}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--project", type=Path, default=ROOT, help="the project to clone (default: this one)")
@@ -105,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--no-sequential", action="store_true", help="only the concurrent run (cold, then warm)")
     ap.add_argument("--keep", action="store_true", help="keep the clones and their caches (their path is printed)")
+    ap.add_argument("--bundle", type=Path, help="the pin as a git bundle, fetched into each empty cache untimed")
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="patchset-first-run-"))
     cores = os.cpu_count() or 1
@@ -119,17 +134,18 @@ def main(argv: list[str] | None = None) -> int:
             env = {**os.environ, "PATCHSET_CACHE": str(base / clone / "cache"),
                    "CCACHE_DIR": str(base / clone / "ccache")}
             env.pop("PATCHSET_STATE", None)
+            if args.bundle and label != "warm":  # untimed: the cold run then measures all but the download
+                subprocess.run([sys.executable, "-m", "builder.cli", "--project", str(project), "fetch", "--bundle",
+                                str(args.bundle.resolve())], env=env, stdout=subprocess.DEVNULL, check=True)
             runs.append((label, *run_all(project, base / f"{label}.json", env, args.jobs, args.backend, lanes)))
+            # each run's line as it ends: a run stopped from outside (a time limit) still leaves the ones before
+            print(run_line(*runs[-1], cores), flush=True)
+        pin = f"the pin from {args.bundle.name}, untimed; " if args.bundle else ""
         print(f"first run of {args.project} (backend {args.backend}, jobs {args.jobs or 'default'}, {cores} core(s), "
-              f"load average {os.getloadavg()[0]:.1f} at the end); caches empty at the start: {base}")
+              f"load average {os.getloadavg()[0]:.1f} at the end); {pin}caches empty at the start: {base}")
         print("\n".join(table([(label, data) for label, _, _, _, data in runs])))
-        for label, rc, wall, cpu, data in runs:
-            goal = WARM_GOAL_S if label == "warm" else cold_goal_s(cores)
-            reused = data.get("reused") or {}
-            print(f"{label:<10} {wall:7.1f} s wall, {cpu:7.1f} CPU-s, {floor_ratio(wall, cpu, cores):.2f}x the floor "
-                  f"on {cores} core(s); exit {rc}; {wall / goal:.2f} of the {goal:.0f} s goal; reused "
-                  f"{reused.get('phases', 0)} of {reused.get('of', 0)} phase(s); "
-                  f"ccache {cache_text(data.get('ccache'))}")
+        for run in runs:
+            print(run_line(*run, cores))
         return 0 if all(rc in (0, 4, 6) for _, rc, _, _, _ in runs) else 1
     finally:
         if args.keep:

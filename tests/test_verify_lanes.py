@@ -55,3 +55,12 @@ def test_how_many_lanes() -> None:
     assert lanes_for(5, 2) == 1 and lanes_for(5, 3) == 1
     assert 1 <= lanes_for(5, 16) <= 5 and lanes_for(20, 16) <= 8
     assert lanes_for(5, 2, lanes=3) == 3 and lanes_for(2, 16, lanes=3) == 2 and lanes_for(1, 16) == 1
+
+
+def test_no_compiler_cache_is_one_lane() -> None:
+    """Lanes share the library's objects only through the compiler cache: without one each lane compiles the
+    whole library again (a cold `all` on 16 cores without ccache did not finish its lanes in the time the
+    sequential run took), so the default is one lane; lanes asked for are still given."""
+    assert lanes_for(5, 16, shared_objects=False) == 1
+    assert lanes_for(5, 16, lanes=3, shared_objects=False) == 3
+    assert lanes_for(5, 16, shared_objects=True) > 1

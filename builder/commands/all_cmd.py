@@ -32,8 +32,8 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.locking import project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
-from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
+from builder.prove.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.prove.plan import WHY, Node, Plan
 from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, plan, stand_in, verify
 from builder.series.load import load_series

@@ -13,9 +13,9 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.fsutil import atomic_write
 from builder.locking import project_lock
-from builder.pipeline import declared_tests
 from builder.project import Project
 from builder.prove import sweep as sweepmod
+from builder.prove.pipeline import declared_tests
 from builder.series.load import load_series
 
 

@@ -77,13 +77,13 @@ from builder.orchestrate.bump_plan import (
     report_path,
     upstream_fixed,
 )
-from builder.pipeline import declared_tests, run_build
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence
 from builder.prove import sweep as sweepmod
 from builder.prove import verify as verifymod
 from builder.prove.fixed_upstream import checker
+from builder.prove.pipeline import declared_tests, run_build
 from builder.series import dropped as droplog
 from builder.series import dryrun, movesnap
 from builder.series.apply import apply

@@ -35,9 +35,9 @@ from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.testrun import CRASH, FAIL, PASS, SKIP, CaseResult, Invocation, ProgramResult
 from builder.errors import BuildError, InputError, ProcessError
-from builder.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
+from builder.prove.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
 from builder.prove.trees import checkout_detached
 from builder.series.load import load_series
 from builder.series.workbase import PATCHED, UPSTREAM

@@ -17,8 +17,9 @@ from builder.gitrepo import GitRepo
 from builder.project import Project
 from builder.prove.pipeline import declared_tests, run_build, run_tests
 from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.load import load_series
+from builder.words import PROVEN
 
 pytestmark = pytest.mark.integration
 

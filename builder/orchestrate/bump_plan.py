@@ -11,7 +11,7 @@ from builder.compile import testrun
 from builder.errors import InputError
 from builder.project import Project
 from builder.prove import sweep as sweepmod
-from builder.prove import verify as verifymod
+from builder.prove.verdicts import VerifyReport
 from builder.series import dropped as droplog
 from builder.series import dryrun
 from builder.series.dropped import DropRecord
@@ -69,7 +69,7 @@ class BumpResult:
     rebase: RebaseReport | None = None
     build: buildmod.BuildResult | None = None
     sweep: sweepmod.SweepReport | None = None
-    verify: verifymod.VerifyReport | None = None
+    verify: VerifyReport | None = None
     changes: tuple[FileChange, ...] = ()
     """What changed in `patches/` (only when the bump passed)."""
     records: tuple[DropRecord, ...] = ()

@@ -21,8 +21,8 @@ from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import runner
+from builder.prove.backends_here import available_backends
 from builder.prove.trees import checkout_tree
-from builder.prove.verify import available_backends
 from builder.series.canary import KIND_BUILD, KIND_TEST, TreeCheck
 from builder.series.model import Patch
 

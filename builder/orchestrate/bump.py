@@ -85,6 +85,7 @@ from builder.prove import verify as verifymod
 from builder.prove.backends_here import available_backends
 from builder.prove.fixed_upstream import checker
 from builder.prove.pipeline import declared_tests, run_build
+from builder.prove.sweep_compare import SweepReport
 from builder.prove.verdicts import VerifyReport
 from builder.series import dropped as droplog
 from builder.series import dryrun, movesnap
@@ -321,7 +322,7 @@ def _build(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> build
     return result
 
 
-def _sweep(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> sweepmod.SweepReport:
+def _sweep(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> SweepReport:
     ops = opts.ops
     if ops is None and not opts.all_ops:
         declared = declared_tests(load_series(scratch.patches_dir), opts.backend)

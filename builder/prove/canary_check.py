@@ -1,5 +1,6 @@
-"""`canary --build` / `--test`: does the tree of an upstream commit with the series up to a patch still
-build, and does the patch's test still pass there with its fix?
+"""`canary --build` / `--test`: an upstream commit's tree with the series up to a patch, built and tested.
+
+Does that tree still build, and does the patch's test still pass there with its fix?
 
 The check `builder.series.canary` bisects over where text checks pass: for patch k at a commit, the
 commit's tree with the patches 1..k that apply there (as the dry run carries them) is checked out into

@@ -1,4 +1,4 @@
-"""Did upstream fix it? Each patch's own failing-before test, run on the new upstream without the fix.
+"""Whether upstream fixed a patch: its own failing-before test, run on the new upstream without the fix.
 
 Text cannot tell a merged fix from a conflicting one: upstream rarely takes a fix byte for byte,
 and often edits the same lines later. Our patches carry tests that fail without the fix, so a

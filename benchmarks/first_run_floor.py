@@ -24,7 +24,7 @@ from _common import ROOT, applied_project, cpu_now, tempdir, timed
 sys.path.insert(0, str(ROOT))
 
 from builder.compile.cmakebuild import BuildSpec, build
-from builder.pipeline import programs_for
+from builder.prove.pipeline import programs_for
 from builder.series.load import load_series
 
 GOAL_S = 120.0

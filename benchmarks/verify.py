@@ -37,8 +37,10 @@ sys.path.insert(0, str(ROOT))
 from builder.compile import testrun
 from builder.compile.cmakebuild import DEFAULT_PROGRAMS, BuildSpec, build
 from builder.project import load_project
+from builder.prove.backends_here import available_backends
 from builder.prove.runner import invocation
-from builder.prove.verify import HUNK_TEST_TIMEOUT_MIN_S, available_backends, verify
+from builder.prove.verifier import HUNK_TEST_TIMEOUT_MIN_S
+from builder.prove.verify import verify
 from builder.series.load import load_series
 
 

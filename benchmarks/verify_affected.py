@@ -42,9 +42,11 @@ from _common import ROOT, row, scratch_project, tempdir, timed
 sys.path.insert(0, str(ROOT))
 
 from builder.project import Project, default_cache_dir, load_project
-from builder.prove.verify import PROVEN, VerifyReport, verify
+from builder.prove.verdicts import VerifyReport
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.load import load_series
+from builder.words import PROVEN
 from tests.test_verify import commit_files, init_upstream, program_source, write_project
 
 LIB = ("ggml/src/calc.c", "ggml/src/ops-a.c", "ggml/src/ops-b.c", "ggml/src/ops-c.c")

@@ -1,5 +1,6 @@
-"""The `patchset` command: parse arguments, call the library, turn results and errors into text
-and exit codes. Exit codes are decided here and nowhere else."""
+"""The `patchset` command: its arguments parsed, the library called, results and errors turned into text.
+
+Exit codes are decided here and nowhere else."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The one subprocess runner: captured for short queries (git included), streamed for long builds
-and tests.
+"""The one subprocess runner: captured for short queries (git included), streamed for long builds and tests.
 
 Commands are argument lists, never shell strings. Every run is logged as `RUN: ...` at debug
 level with its time and exit code. Every run can carry a time limit that holds whatever the

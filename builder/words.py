@@ -1,5 +1,6 @@
-"""The verdict words: what verify, the fixed-upstream check, canary, the evidence rules and the case table say,
-each spelled once, with what it requires and how it is rendered.
+"""The verdict words, each spelled once, with what it requires and how it is rendered.
+
+What verify, the fixed-upstream check, canary, the evidence rules and the case table say.
 
 Every module that says or reads a verdict imports its word from here (a second spelling would let two
 rules drift apart: `evidence_rules` once re-declared verify's). The module sits in the base layer so

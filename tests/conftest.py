@@ -33,8 +33,8 @@ from homeguard import home_guard, home_guard_session, pytest_configure, pytest_u
 from builder import console
 from builder.compile import objc_toolchain as ot
 from builder.compile.cmakebuild import BuildResult
-from builder.pipeline import run_build
 from builder.project import Project
+from builder.prove.pipeline import run_build
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin
 

@@ -20,7 +20,7 @@ from builder.errors import LockError
 from builder.orchestrate.bump import bump as bump_lib
 from builder.orchestrate.bump import scratch_project
 from builder.orchestrate.bump_plan import BumpOptions
-from builder.prove.verify import available_backends
+from builder.prove.backends_here import available_backends
 from builder.series.apply import apply
 from builder.series.rebase import rebase
 from builder.upstream.pin import load_pin

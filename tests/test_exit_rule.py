@@ -11,8 +11,9 @@ import pytest
 from builder.commands import all_cmd, bump_cmd, verify_cmd
 from builder.errors import EXIT_CODES, Outcome, exit_table
 from builder.orchestrate.bump_plan import FAILED, NOT_PROVEN, BumpResult
-from builder.prove.verify import PROVEN, REGRESSED, PatchVerdict, VerifyReport
+from builder.prove.verdicts import PatchVerdict, VerifyReport
 from builder.upstream.pin import Pin
+from builder.words import PROVEN, REGRESSED
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,8 +18,9 @@ from builder.deliver.export import export
 from builder.deliver.export_package import ExportOptions
 from builder.gitrepo import GitRepo
 from builder.project import load_project
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.refresh import format_mails, write_series
+from builder.words import PROVEN
 
 
 @pytest.fixture(scope="module")

@@ -32,9 +32,10 @@ from builder.compile import testrun
 from builder.errors import ConflictError
 from builder.gitrepo import GitRepo
 from builder.project import load_project
+from builder.prove.backends_here import available_backends
 from builder.prove.fixed_upstream import checker
 from builder.prove.runner import tree_path
-from builder.prove.verify import available_backends, verify
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, UpstreamFix
 from builder.series.rebase import dry_run_rebase, rebase, skip_rebase

@@ -14,11 +14,13 @@ from builder.compile.cmakebuild import BuildResult
 from builder.compile.testrun import FAILED, PASSED, series_ops
 from builder.compile.toolchain import find_tool
 from builder.gitrepo import GitRepo
-from builder.pipeline import declared_tests, run_build, run_tests
 from builder.project import Project
-from builder.prove.sweep import ONLY_PATCHED, SweepOptions, sweep, sweep_dict
-from builder.prove.verify import PROVEN, verify
+from builder.prove.pipeline import declared_tests, run_build, run_tests
+from builder.prove.sweep import SweepOptions, sweep
+from builder.prove.sweep_compare import ONLY_PATCHED, sweep_dict
+from builder.prove.verify import verify
 from builder.series.load import load_series
+from builder.words import PROVEN
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from helpers import UPSTREAM_FIXES, pin_toml, real_pin_moved_on
 from builder.cli import main
 from builder.orchestrate.bump_plan import upstream_fixed
 from builder.project import Project
-from builder.prove.verify import available_backends
+from builder.prove.backends_here import available_backends
 from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, RebaseReport
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import load_pin

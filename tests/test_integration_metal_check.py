@@ -12,8 +12,8 @@ from helpers import copy_real_project, objc_toolchain_found
 
 from builder.compile import metalcheck
 from builder.gitrepo import GitRepo
-from builder.pipeline import declared_tests, run_build
 from builder.project import Project
+from builder.prove.pipeline import declared_tests, run_build
 from builder.series.load import load_series
 
 pytestmark = [pytest.mark.integration,

@@ -18,8 +18,9 @@ import pytest
 from builder import proc
 from builder.compile import objc_toolchain as ot
 from builder.project import Project
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.load import load_series
+from builder.words import PROVEN
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "metal_linux"

@@ -18,14 +18,15 @@ from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.replay import read_trace
 from builder.gitrepo import GitRepo
-from builder.pipeline import build_dir, run_tests
 from builder.project import Project
 from builder.prove import kernel_models
+from builder.prove.pipeline import build_dir, run_tests
 from builder.prove.trees import checkout_detached
-from builder.prove.verify import NOT_PROVEN, PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.load import load_series
 from builder.series.model import Patch
+from builder.words import NOT_PROVEN, PROVEN
 
 pytestmark = pytest.mark.integration
 

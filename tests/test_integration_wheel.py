@@ -28,9 +28,10 @@ from builder.deliver import drift
 from builder.deliver.wheel import WheelOptions, prepare
 from builder.deliver.wheel_build import WheelResult, build_wheel
 from builder.project import Project, load_project
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.load import load_series
 from builder.upstream.pin import load_pin
+from builder.words import PROVEN
 
 pytestmark = pytest.mark.integration
 

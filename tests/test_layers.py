@@ -24,10 +24,6 @@ MODULE_LAYER = {
     "builder": "base", "builder.errors": "base", "builder.proc": "base", "builder.fsutil": "base",
     "builder.gitrepo": "base", "builder.locking": "base", "builder.progress": "base", "builder.project": "base",
     "builder.words": "base",
-    # the project's patched tree made, built and tested: series and compile together, under prove and deliver
-    "builder.pipeline": "compile",
-    # cleans up after every layer (the cache's temporary folders, verify refs, backups)
-    "builder.gc": "orchestrate",
     # output is the CLI's alone
     "builder.console": "commands", "builder.cli": "commands",
 }
@@ -112,3 +108,51 @@ def test_the_architecture_page_names_modules_and_floors_that_exist() -> None:
     assert named and missing == []
     drawn = re.findall(r"^ ([a-z]+)/? ", arch.split("```text", 1)[1].split("```", 1)[0], flags=re.M)
     assert tuple(reversed(drawn)) == LAYERS
+
+
+def summary_problems(package: Path = PACKAGE) -> list[str]:
+    """'module: why' for each module whose docstring does not open with a line of its own, one sentence,
+    saying what the module owns (issue 45): the line a reader of the package's tree sees first."""
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"), str(path)), clean=False)
+        lines = (doc or "").split("\n")
+        first = lines[0].strip()
+        if not first:
+            why = "no docstring" if doc is None else "an empty first line"
+        elif not first.endswith("."):
+            why = "its first line is not one whole sentence"
+        elif len(lines) > 1 and lines[1].strip():
+            why = "its first sentence runs on to the next line"
+        elif re.search(r"[.!?]\s+[A-Z`]", first[:-1]):
+            why = "more than one sentence on its first line"
+        else:
+            continue
+        wrong.append(f"{module_name(path, package)}: {why}")
+    return wrong
+
+
+def test_every_module_says_in_its_first_line_what_it_owns() -> None:
+    assert summary_problems() == []
+
+
+def test_a_module_without_a_one_line_summary_is_named(tmp_path: Path) -> None:
+    fake = tmp_path / "builder"
+    fake.mkdir()
+    files = {
+        "__init__.py": '"""The package: what it holds."""\n',
+        "fine.py": '"""Owns this.\n\nThen the detail, on as many lines as it takes.\n"""\n',
+        "none.py": "X = 1\n",
+        "blank.py": '"""\nOwns this."""\n',
+        "open.py": '"""Owns this and\nthat."""\n',
+        "wrapped.py": '"""Owns this.\nAnd that."""\n',
+        "two.py": '"""Is it ours? It owns this."""\n',
+    }
+    for name, text in files.items():
+        (fake / name).write_text(text)
+    assert summary_problems(fake) == [
+        "builder.blank: an empty first line", "builder.none: no docstring",
+        "builder.open: its first line is not one whole sentence",
+        "builder.two: more than one sentence on its first line",
+        "builder.wrapped: its first sentence runs on to the next line",
+    ]

@@ -16,7 +16,7 @@ from builder.compile import objc_toolchain as ot
 from builder.compile.cmakebuild import BuildSpec
 from builder.compile.toolchain import find_tool
 from builder.errors import InputError
-from builder.prove.verify import available_backends
+from builder.prove.backends_here import available_backends
 from builder.series.model import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]

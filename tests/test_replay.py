@@ -18,7 +18,7 @@ from builder.compile.replay import read_trace, trace_notes
 from builder.compile.testrun import FAIL, FAILED, PASS, Invocation, parse_console, plan, run_program
 from builder.errors import InputError, TestRunError
 from builder.prove import evidence as ev
-from builder.prove.verify import available_backends
+from builder.prove.backends_here import available_backends
 from builder.series.trailers import meta_from_trailers, parse_trailers
 
 DATA = Path(__file__).parent / "data"

@@ -22,7 +22,7 @@ from builder.deliver import report_page
 from builder.errors import InputError
 from builder.prove import backends_doc
 from builder.prove.cases import ROLES
-from builder.prove.verify import OUTCOMES
+from builder.prove.verdicts import OUTCOMES
 from builder.series.canary import CanaryReport, Commit, PatchCanary
 from builder.series.dropped import DropRecord
 from builder.series.load import load_series

@@ -13,7 +13,8 @@ from helpers import Proj
 from builder.cli import main
 from builder.compile.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console, run_program
 from builder.progress import NullProgress
-from builder.prove.sweep import (
+from builder.prove.sweep import SweepOptions, _confirm, tree_invocations
+from builder.prove.sweep_compare import (
     FAILING_IN_BOTH,
     FLAKY,
     NEW_FAILING,
@@ -22,20 +23,13 @@ from builder.prove.sweep import (
     NEWLY_SKIPPED,
     ONLY_OTHER,
     ONLY_PATCHED,
-    SweepOptions,
     SweepReport,
     TreeRun,
-    TreeRunner,
-    _confirm,
     compare,
-    complement,
-    excludable,
-    expand,
-    split_entries,
     sweep_dict,
     sweep_junit,
-    tree_invocations,
 )
+from builder.prove.sweep_split import TreeRunner, complement, excludable, expand, split_entries
 from tests.test_testrun import compile_c
 
 DATA = Path(__file__).parent / "data"

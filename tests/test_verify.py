@@ -15,9 +15,10 @@ from helpers import pin_toml
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove import evidence
-from builder.prove.verify import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED, verify
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.refresh import format_mails, write_series
+from builder.words import BUILD_FAILED, NOT_PROVEN, PROVEN, REGRESSED
 
 CALC_C = """\
 #include "calc.h"

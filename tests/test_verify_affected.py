@@ -28,9 +28,11 @@ from builder.compile.toolchain import find_ccache
 from builder.deliver import evidence_facts as facts
 from builder.gitrepo import GitRepo
 from builder.project import Project, load_project
-from builder.prove.verify import NOT_PROVEN, PROVEN, PatchVerdict, verify
+from builder.prove.verdicts import PatchVerdict
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.load import load_series
+from builder.words import NOT_PROVEN, PROVEN
 from tests.test_verify import GGML_CMAKE, commit_files, init_upstream, mutation, write_project
 
 CALC_C = """\

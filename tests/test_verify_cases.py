@@ -14,10 +14,12 @@ from builder.compile import testrun
 from builder.deliver import evidence_facts
 from builder.project import load_project
 from builder.prove import cases
-from builder.prove.verify import NOT_PROVEN, OUTCOMES, PROVEN, markdown_table, verify
+from builder.prove.verdicts import OUTCOMES, markdown_table
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.load import load_series
 from builder.series.trailers import meta_from_trailers
+from builder.words import NOT_PROVEN, PROVEN
 
 CALC_H = """\
 #pragma once

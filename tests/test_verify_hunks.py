@@ -17,8 +17,11 @@ from builder.cli import main
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove import hunks as hk
-from builder.prove.verify import NOT_PROVEN, PROVEN, hunk_test_limits, report_table, verify
+from builder.prove.verdicts import report_table
+from builder.prove.verifier import hunk_test_limits
+from builder.prove.verify import verify
 from builder.series.load import load_series
+from builder.words import NOT_PROVEN, PROVEN
 
 
 def filler(name: str) -> str:
@@ -264,7 +267,7 @@ def test_a_reverted_hunk_that_hangs_the_test_is_caught_at_its_limit(tmp_path: Pa
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Without one hunk of the fix the test program never ends (calc_spin loops): the program is
     killed at the time limit of the reverted trees, and the hunk counts as caught."""
-    monkeypatch.setattr("builder.prove.verify.HUNK_TEST_TIMEOUT_MIN_S", 2.0)
+    monkeypatch.setattr("builder.prove.verifier.HUNK_TEST_TIMEOUT_MIN_S", 2.0)
     src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": SPIN_H,
                                    "ggml/src/calc.c": SPIN_C})
     commit_files(src, {"ggml/src/calc.c": SPIN_FIXED_C, "ggml/include/calc.h": FIXED_H.replace(

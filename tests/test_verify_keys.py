@@ -14,9 +14,10 @@ from builder.compile import objc_toolchain
 from builder.orchestrate import phases
 from builder.project import Project, default_cache_dir, load_project
 from builder.prove import evidence, proofkeys
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.model import Patch, PatchMeta, TestSpec
+from builder.words import PROVEN
 
 
 def _project(base: Path, backends: str) -> Project:

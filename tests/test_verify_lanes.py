@@ -12,7 +12,8 @@ from test_verify import project_dir  # noqa: F401 (the fixture)
 from builder.project import load_project
 from builder.prove import evidence
 from builder.prove.schedule import lanes_for
-from builder.prove.verify import VerifyReport, verify
+from builder.prove.verdicts import VerifyReport
+from builder.prove.verify import verify
 from builder.series.apply import apply
 
 

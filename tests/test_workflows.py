@@ -25,7 +25,8 @@ from helpers import objc_toolchain_found, patchset_argv
 from builder.cli import build_parser
 from builder.errors import Outcome
 from builder.project import load_project
-from builder.prove.verify import NOT_PROVEN, PROVEN, report_table
+from builder.prove.verdicts import report_table
+from builder.words import NOT_PROVEN, PROVEN
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))

@@ -1,5 +1,7 @@
-"""One module per command: NAME, HELP, add_arguments(parser), run(args, project) -> Outcome
-(the CLI turns it into the exit code).
+"""The CLI's commands, one module per verb.
+
+Each module has NAME, HELP, add_arguments(parser), run(args, project) -> Outcome (the CLI turns it
+into the exit code).
 
 A command's module is imported when it is needed: a verb imports only its own module and what it
 uses (importing all of them took a third of a second of every start), `patchset --help` all."""

@@ -32,13 +32,16 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.locking import project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
-from builder.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.project import Project
+from builder.prove.backends_here import available_backends, stand_in
+from builder.prove.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.prove.plan import WHY, Node, Plan
-from builder.prove.verify import NEEDS, PatchVerdict, VerifyReport, available_backends, plan, stand_in, verify
+from builder.prove.verdicts import PatchVerdict, VerifyReport
+from builder.prove.verify import plan, verify
 from builder.series.load import load_series
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
+from builder.words import NEEDS
 
 NAME = "all"
 HELP = "the main job: fetch, apply, build, test and verify on the pin (default backend: cpu)"

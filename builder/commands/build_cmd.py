@@ -9,8 +9,8 @@ from builder.commands import jsonout
 from builder.compile.cmakebuild import PROFILES, TARGET_SETS, BuildResult
 from builder.console import CliProgress, console
 from builder.errors import Outcome
-from builder.pipeline import run_build
 from builder.project import Project
+from builder.prove.pipeline import run_build
 
 NAME = "build"
 HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's own CMake with tests)"

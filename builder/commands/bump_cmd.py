@@ -20,7 +20,7 @@ from builder.errors import Outcome
 from builder.orchestrate.bump import bump
 from builder.orchestrate.bump_plan import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult
 from builder.project import Project
-from builder.prove.sweep import sweep_dict
+from builder.prove.sweep_compare import sweep_dict
 
 NAME = "bump"
 HELP = ("move the series to a new upstream only if no patch's bug is fixed there, it rebases, builds, passes the "

@@ -7,7 +7,7 @@ import argparse
 from builder.commands import jsonout
 from builder.console import console
 from builder.errors import InputError, Outcome
-from builder.gc import gc
+from builder.orchestrate.gc import gc
 from builder.project import Project
 
 NAME = "gc"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from builder.console import console
 from builder.errors import Outcome
-from builder.pipeline import make_slice
 from builder.project import Project
+from builder.prove.pipeline import make_slice
 
 NAME = "slice"
 HELP = "write a small tarball (patched ggml/, test sources, our CMake project) to build elsewhere"

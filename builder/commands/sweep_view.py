@@ -13,13 +13,21 @@ from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.fsutil import atomic_write
 from builder.locking import project_lock
-from builder.pipeline import declared_tests
 from builder.project import Project
 from builder.prove import sweep as sweepmod
+from builder.prove.pipeline import declared_tests
+from builder.prove.sweep_compare import (
+    CATEGORIES,
+    NEWLY_PASSING,
+    REGRESSION_CATEGORIES,
+    SweepReport,
+    sweep_dict,
+    sweep_junit,
+)
 from builder.series.load import load_series
 
 
-def print_sweep(r: sweepmod.SweepReport) -> None:
+def print_sweep(r: SweepReport) -> None:
     ops = ",".join(r.ops) if r.ops else "all ops"
     table = Table("", r.against, "patched", title=f"patchset test --against {r.against}: backend {r.backend}, "
                   f"mode {r.mode}, {ops}")
@@ -28,10 +36,10 @@ def print_sweep(r: sweepmod.SweepReport) -> None:
     table.add_row("program runs", str(len(r.other.programs)), str(len(r.patched.programs)))
     console.print(table)
     console.print(f"{r.compared} case(s) compared in {r.duration_s:.0f}s", highlight=False)
-    for cat in sweepmod.CATEGORIES:
+    for cat in CATEGORIES:
         changes = r.of(cat)
-        style = "red" if cat in sweepmod.REGRESSION_CATEGORIES else (
-            "green" if cat == sweepmod.NEWLY_PASSING else "yellow")
+        style = "red" if cat in REGRESSION_CATEGORIES else (
+            "green" if cat == NEWLY_PASSING else "yellow")
         console.print(f"[{style}]{cat}: {len(changes)}[/]")
         for c in changes[:25]:
             reruns = f" (re-runs: {c.reruns})" if c.reruns else ""
@@ -59,9 +67,9 @@ def run_sweep(args: argparse.Namespace, project: Project, ops: list[str] | None)
     with project_lock(project.lock_file, purpose="test --against"):
         r = sweepmod.sweep(project, opts, CliProgress())
     print_sweep(r)
-    jsonout.emit(args, "sweep", sweepmod.sweep_dict(r))
+    jsonout.emit(args, "sweep", sweep_dict(r))
     if args.junit:
-        atomic_write(args.junit, sweepmod.sweep_junit(r))
+        atomic_write(args.junit, sweep_junit(r))
     if r.regressions:
         console.print(f"{len(r.regressions)} regression(s) against {r.against}: exit 1")
         return Outcome.FAILED

@@ -14,8 +14,8 @@ from builder.compile.reports import report_dict, write_junit
 from builder.compile.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.console import console
 from builder.errors import Outcome
-from builder.pipeline import run_tests
 from builder.project import Project
+from builder.prove.pipeline import run_tests
 
 NAME = "test"
 HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"

@@ -18,8 +18,10 @@ from builder.project import Project
 from builder.prove import backends_doc
 from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
 from builder.prove.plan import Plan, render
-from builder.prove.verify import PROVEN, PatchVerdict, VerifyReport, plan, report_table, verify
+from builder.prove.verdicts import PatchVerdict, VerifyReport, report_table
+from builder.prove.verify import plan, verify
 from builder.series.load import load_series
+from builder.words import PROVEN
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"

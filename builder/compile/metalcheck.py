@@ -1,8 +1,9 @@
-"""The Metal backend's host sources compiled on a machine without macOS (`patchset build --backend
-metal` on Linux): every C++ and Objective-C source of `ggml/src/ggml-metal/`, and the series' Metal
-test programs, with clang `-fsyntax-only` against GNUstep's Foundation and the Metal SDK stand-in
-kept in `builder/metal_sdk/` (its README says what it declares and where each signature comes
-from). Nothing is linked or run.
+"""The Metal backend's host sources compiled on a machine without macOS, nothing linked or run.
+
+`patchset build --backend metal` on Linux: every C++ and Objective-C source of
+`ggml/src/ggml-metal/`, and the series' Metal test programs, with clang `-fsyntax-only` against
+GNUstep's Foundation and the Metal SDK stand-in kept in `builder/metal_sdk/` (its README says what
+it declares and where each signature comes from).
 
 Before compiling, the Apple names the tree uses (`MTL*`, `NS*`, `dispatch_*`, ...) are compared
 with the names the stand-in and GNUstep declare: a pin that uses new API fails with the list of

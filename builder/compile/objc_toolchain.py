@@ -1,6 +1,7 @@
-"""The Linux Objective-C toolchain (`patchset toolchain objc`): libobjc2 (the GNUstep runtime 2 that
-clang's `-fobjc-runtime=gnustep-2.0` targets), GNUstep make and GNUstep base, built from source
-archives into the patchset cache.
+"""The Linux Objective-C toolchain (`patchset toolchain objc`), built from source into the patchset cache.
+
+libobjc2 (the GNUstep runtime 2 that clang's `-fobjc-runtime=gnustep-2.0` targets), GNUstep make
+and GNUstep base, built from source archives into the patchset cache.
 
 What is built, from which archive (URL, version, sha256), with which source fixes and which steps,
 is data: `builder/compile/data/objc_toolchain.json`. The archives are taken from a mirror folder

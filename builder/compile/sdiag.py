@@ -1,5 +1,7 @@
-"""Read clang's serialized diagnostics (`--serialize-diagnostics FILE`): the structured form of its
-errors in clang 14, which has no SARIF or JSON output (`-fdiagnostics-format=sarif` came in 15).
+"""Clang's serialized diagnostics (`--serialize-diagnostics FILE`), read into records.
+
+The structured form of its errors in clang 14, which has no SARIF or JSON output
+(`-fdiagnostics-format=sarif` came in 15).
 
 The file is an LLVM bitstream (magic `DIAG`) whose layout is clang's
 `include/clang/Frontend/SerializedDiagnostics.h`: a META block, then one DIAG block per

@@ -1,5 +1,6 @@
-"""What leaves the machine is clean: the one checker for PR packages, committed evidence and docs,
-and the cleaners that make text so.
+"""What leaves the machine is clean: the one checker of its text, and the cleaners that make text so.
+
+One checker for PR packages, committed evidence and docs.
 
 Clean means: no absolute path of the machine that wrote it, no `.patchset/` path (our git-ignored
 state folder), no `Patchset-` trailer name (our internal metadata), no Python repr of a record

@@ -1,4 +1,4 @@
-"""The rules of `check --strict` that read the pinned tree: can each patch go upstream as it is?
+"""The rules of `check --strict` that read the pinned tree: whether each patch can go upstream as it is.
 
 - depends: a patch that does not apply alone on the pin (`git apply --check` of its diff on the
   pin's tree, in a scratch index, as `apply --dry-run` does) declares the earlier patches it

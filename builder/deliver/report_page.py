@@ -33,12 +33,13 @@ from builder.errors import InputError
 from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.prove import backends_doc, evidence
 from builder.prove.cases import CANNOT_TELL, ROLES
-from builder.prove.verify import BUILD_FAILED, NEEDS, NOT_PROVEN, OUTCOMES, PROVEN, REGRESSED, recorded_outcome
+from builder.prove.verdicts import OUTCOMES, recorded_outcome
 from builder.series.canary import CanaryReport
 from builder.series.dropped import DropRecord
 from builder.series.model import Series
 from builder.series.status import PatchStatus
 from builder.upstream.pin import Pin
+from builder.words import BUILD_FAILED, NEEDS, NOT_PROVEN, PROVEN, REGRESSED
 
 PAGE = "index.html"
 STAND_IN = "stand-in"

@@ -45,9 +45,9 @@ from builder.deliver.provenance import (
 )
 from builder.errors import BuildError, DriftError, InputError, WorkTreeError
 from builder.gitrepo import ISOLATED
-from builder.pipeline import ensure_patched
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
+from builder.prove.pipeline import ensure_patched
 from builder.series.load import load_series
 from builder.series.model import Series
 from builder.series.workbase import PATCHED, UPSTREAM, fingerprint

@@ -77,13 +77,16 @@ from builder.orchestrate.bump_plan import (
     report_path,
     upstream_fixed,
 )
-from builder.pipeline import declared_tests, run_build
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import evidence
 from builder.prove import sweep as sweepmod
 from builder.prove import verify as verifymod
+from builder.prove.backends_here import available_backends
 from builder.prove.fixed_upstream import checker
+from builder.prove.pipeline import declared_tests, run_build
+from builder.prove.sweep_compare import SweepReport
+from builder.prove.verdicts import VerifyReport
 from builder.series import dropped as droplog
 from builder.series import dryrun, movesnap
 from builder.series.apply import apply
@@ -96,6 +99,7 @@ from builder.series.workbase import PATCHED, UPSTREAM, Operation, fingerprint
 from builder.series.workrepo import StoppedOnConflict, WorkRepo, ensure_no_op
 from builder.upstream import fetch as upstream
 from builder.upstream.pin import Pin, dump_pin, load_pin
+from builder.words import NEEDS, PROVEN
 
 log = logging.getLogger("patchset")
 
@@ -318,7 +322,7 @@ def _build(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> build
     return result
 
 
-def _sweep(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> sweepmod.SweepReport:
+def _sweep(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> SweepReport:
     ops = opts.ops
     if ops is None and not opts.all_ops:
         declared = declared_tests(load_series(scratch.patches_dir), opts.backend)
@@ -351,7 +355,7 @@ REPLAY = "metal-replay"
 def _replay_for(scratch: Project, opts: BumpOptions) -> tuple[str, ...]:
     """("metal-replay",) when this machine runs it, the bump's backend is another one, and a patch's
     proof runs on it (a Metal fix with a `[metal-replay]` test): the bump proves those there too."""
-    if opts.backend == REPLAY or REPLAY not in verifymod.available_backends():
+    if opts.backend == REPLAY or REPLAY not in available_backends():
         return ()
     return (REPLAY,) if _replayed(scratch) else ()
 
@@ -361,7 +365,7 @@ def _replayed(scratch: Project) -> list[str]:
             if REPLAY in p.meta.backends and any(t.runs_on(REPLAY, p.meta.backends) for t in p.meta.tests)]
 
 
-def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> verifymod.VerifyReport:
+def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> VerifyReport:
     try:
         # the upstream changed: every patch is proven again, no evidence is reused
         report = verifymod.verify(scratch, backends=[opts.backend], progress=progress, reuse=False, jobs=opts.jobs,
@@ -370,12 +374,12 @@ def _verify(scratch: Project, opts: BumpOptions, progress: ProgressSink) -> veri
             # the patches whose proof also runs on the host-side Metal replay: proven there as well
             replayed = verifymod.verify(scratch, _replayed(scratch), backends=[REPLAY], progress=progress,
                                         reuse=False, jobs=opts.jobs, timeout=opts.timeout_s)
-            report = verifymod.VerifyReport(report.verdicts + replayed.verdicts)
+            report = VerifyReport(report.verdicts + replayed.verdicts)
     except PatchsetError as e:
         raise _stage_error(VERIFY, e) from e
     if not report.ok:
-        bad = tuple(v.patch for v in report.verdicts if v.outcome != verifymod.PROVEN
-                    and not v.outcome.startswith(verifymod.NEEDS))
+        bad = tuple(v.patch for v in report.verdicts if v.outcome != PROVEN
+                    and not v.outcome.startswith(NEEDS))
         why = "; ".join(f"{v.patch}: {v.outcome} ({v.reason})" for v in report.verdicts if v.patch in bad)
         raise _Failed(VERIFY, FAILED if report.regressed else NOT_PROVEN, why, bad, found=report)
     return report

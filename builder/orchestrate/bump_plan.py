@@ -10,8 +10,8 @@ from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.errors import InputError
 from builder.project import Project
-from builder.prove import sweep as sweepmod
-from builder.prove import verify as verifymod
+from builder.prove.sweep_compare import CATEGORIES, SweepReport
+from builder.prove.verdicts import VerifyReport
 from builder.series import dropped as droplog
 from builder.series import dryrun
 from builder.series.dropped import DropRecord
@@ -68,8 +68,8 @@ class BumpResult:
     """The patches the failure names."""
     rebase: RebaseReport | None = None
     build: buildmod.BuildResult | None = None
-    sweep: sweepmod.SweepReport | None = None
-    verify: verifymod.VerifyReport | None = None
+    sweep: SweepReport | None = None
+    verify: VerifyReport | None = None
     changes: tuple[FileChange, ...] = ()
     """What changed in `patches/` (only when the bump passed)."""
     records: tuple[DropRecord, ...] = ()
@@ -221,7 +221,7 @@ def render_report(r: BumpResult, opts: BumpOptions) -> str:
         lines.append(f"backend {s.backend}, mode {s.mode}, {','.join(s.ops) if s.ops else 'all ops'}: "
                      f"{s.compared} case(s) compared in {s.duration_s:.0f}s")
         lines += ["", "| category | cases |", "| --- | --- |"]
-        lines += [f"| {cat} | {len(s.of(cat))} |" for cat in sweepmod.CATEGORIES]
+        lines += [f"| {cat} | {len(s.of(cat))} |" for cat in CATEGORIES]
         for c in s.regressions[:50]:
             lines.append(f"- regression: {c.program} {c.backend} {c.case}: {c.before} -> {c.after}")
     lines += ["", "## Verify", ""]

@@ -1,5 +1,7 @@
-"""Where the time of `patchset all` went: each phase with its seconds, whether it was reused, and
-what the compiler cache did in it (ccache's machine-readable counters, read before and after).
+"""Where the time of `patchset all` went, phase by phase.
+
+Each phase with its seconds, whether it was reused, and what the compiler cache did in it
+(ccache's machine-readable counters, read before and after).
 
 The document `all --json` writes is `AllReport.to_json()`; docs/all.md describes its schema (a test
 checks the keys).

@@ -1,6 +1,7 @@
-"""docs/backends.md: which patch was proven on which backend, and what ran where, from the committed
-evidence under docs/evidence/<backend>/ (never from the git-ignored .patchset/, which differs from
-machine to machine).
+"""docs/backends.md's tables: which patch was proven on which backend, and what ran where.
+
+Made from the committed evidence under docs/evidence/<backend>/ (never from the git-ignored
+.patchset/, which differs from machine to machine).
 
 Only the block between the two markers is generated; whatever the file holds outside them is
 written by hand and kept byte for byte, so notes (a replay section, caveats) live beside the table.

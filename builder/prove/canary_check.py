@@ -1,5 +1,6 @@
-"""`canary --build` / `--test`: does the tree of an upstream commit with the series up to a patch still
-build, and does the patch's test still pass there with its fix?
+"""`canary --build` / `--test`: an upstream commit's tree with the series up to a patch, built and tested.
+
+Does that tree still build, and does the patch's test still pass there with its fix?
 
 The check `builder.series.canary` bisects over where text checks pass: for patch k at a commit, the
 commit's tree with the patches 1..k that apply there (as the dry run carries them) is checked out into
@@ -21,8 +22,8 @@ from builder.gitrepo import GitRepo
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import runner
+from builder.prove.backends_here import available_backends
 from builder.prove.trees import checkout_tree
-from builder.prove.verify import available_backends
 from builder.series.canary import KIND_BUILD, KIND_TEST, TreeCheck
 from builder.series.model import Patch
 

@@ -1,4 +1,4 @@
-"""Did upstream fix it? Each patch's own failing-before test, run on the new upstream without the fix.
+"""Whether upstream fixed a patch: its own failing-before test, run on the new upstream without the fix.
 
 Text cannot tell a merged fix from a conflicting one: upstream rarely takes a fix byte for byte,
 and often edits the same lines later. Our patches carry tests that fail without the fix, so a
@@ -44,8 +44,8 @@ from builder.compile import testrun
 from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import runner
+from builder.prove.backends_here import available_backends
 from builder.prove.trees import checkout_tree
-from builder.prove.verify import available_backends
 from builder.series.dryrun import Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
 from builder.words import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED

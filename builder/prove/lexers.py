@@ -1,6 +1,8 @@
-"""Token streams without comments, by a lexer of the file's language: what `--hunks` compares to decide
-that a hunk changes only comments or whitespace (issue 47 point 6: a line pattern took
-`    *status = GGML_STATUS_FAILED;` for a comment line, and missed a `/* ... */` that comments out code).
+"""Token streams without comments, by a lexer of the file's language.
+
+What `--hunks` compares to decide that a hunk changes only comments or whitespace (issue 47 point 6:
+a line pattern took `    *status = GGML_STATUS_FAILED;` for a comment line, and missed a
+`/* ... */` that comments out code).
 
 `tokens(text, name)` returns the tokens of a whole file, or None when the language has no lexer here
 (then no hunk of it is exempt). C, C++, Objective-C, Metal and CUDA: translation phases 2 and 3 as the

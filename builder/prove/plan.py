@@ -1,5 +1,7 @@
-"""The plan of a proof run: every tree it will build and test, why, what each waits for, and the
-critical path, known before anything is built (`verify --plan`, `all --plan`).
+"""The plan of a proof run, known before anything is built.
+
+Every tree it will build and test, why, what each waits for, and the critical path (`verify
+--plan`, `all --plan`).
 
 A node is one tree of one patch on one backend (after, hunks, mutation, before, parent), or a step
 of `all` (the patched tree's build and tests). The trees of one patch on one backend form a chain

@@ -1,5 +1,6 @@
-"""What a proof depends on: the key of its trees and inputs, and the record of the files its
-programs were built from (for carrying a proof over to later trees that differ elsewhere)."""
+"""What a proof depends on: the key of its trees and inputs, and the files its programs were built from.
+
+The record of those files is what carries a proof over to later trees that differ elsewhere."""
 
 from __future__ import annotations
 

@@ -20,12 +20,12 @@ from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.toolchain import find_tool
 from builder.errors import InputError
-from builder.pipeline import programs_for
 from builder.progress import ProgressSink
 from builder.project import Project
 from builder.prove import affected, pytests, runner
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
+from builder.prove.pipeline import programs_for
 from builder.prove.runner import Limits, limit_of
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, Series, TestSpec

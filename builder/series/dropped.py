@@ -1,5 +1,7 @@
-"""`patches/dropped`: the append-only log of the patches taken out of the series: by `bump --drop-fixed`
-(upstream fixed them) and by `drop N --reason WHY` (a person's reason).
+"""`patches/dropped`: the append-only log of the patches taken out of the series.
+
+They are taken out by `bump --drop-fixed` (upstream fixed them) and by `drop N --reason WHY` (a
+person's reason).
 
 A patch leaves the series through a bump only when upstream fixed its bug, and the log says which,
 where and by what evidence, so that a patch that comes back (a revert, a merge that resurrects

@@ -1,5 +1,6 @@
-"""The series verbs: `new`, `edit`, `drop`, `move`, `mark` and `undo`, on branch `patched` and
-`patches/` together, each under the project lock.
+"""The series verbs: `new`, `edit`, `drop`, `move`, `mark` and `undo`.
+
+Each works on branch `patched` and `patches/` together, under the project lock.
 
 Every verb starts from a series in step (the work tree clean, `patched` as the last apply or
 refresh left it, `patches/` exactly what refresh writes from it), leaves a recovery ref

@@ -1,6 +1,7 @@
-"""`patchset init`: a new project for another fork or pin: the pin (written by the pin writer
-from the upstream's own bytes), an empty series, the CI workflows (CPU, and CUDA and Metal when
-asked) and the ignore file."""
+"""`patchset init`: a new project started for another fork or pin.
+
+It writes the pin (by the pin writer, from the upstream's own bytes), an empty series, the CI
+workflows (CPU, and CUDA and Metal when asked) and the ignore file."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""An upstream tag or branch name where a commit is asked for (`rebase --onto`, `bump --onto`,
-`canary --range`): resolved on the pin's git sources with `git ls-remote`, which reads names only
-(no objects), so the move itself still fetches by commit id and checks that id."""
+"""An upstream tag or branch name resolved to a commit, where a commit is asked for.
+
+In `rebase --onto`, `bump --onto`, `canary --range`: resolved on the pin's git sources with
+`git ls-remote`, which reads names only (no objects), so the move itself still fetches by commit id
+and checks that id."""
 
 from __future__ import annotations
 

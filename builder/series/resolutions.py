@@ -1,6 +1,8 @@
-"""Resolutions remembered: a conflict resolved by hand during `rebase --continue` is kept with the
-series, under `patches/resolutions/`, and replayed where the same conflict comes back (a later
-rebase, its dry run, canary).
+"""Resolutions remembered: conflicts resolved by hand, kept with the series and replayed.
+
+A conflict resolved by hand during `rebase --continue` is kept with the series, under
+`patches/resolutions/`, and replayed where the same conflict comes back (a later rebase, its dry
+run, canary).
 
 git's rerere does this for one clone; this folder travels with the repository and is reviewed like
 any file of the series. One folder per conflicted file, named by its key:

@@ -1,5 +1,7 @@
-"""The vendored submodule's git dir that a source archive may ship (llama-cpp-python's sdists do):
-the upstream commit it records, and that commit's own object when the archive carries it.
+"""The vendored submodule's git dir that a source archive may ship, and what it records.
+
+llama-cpp-python's sdists ship one: the upstream commit it records, and that commit's own object
+when the archive carries it.
 
 `patchset pin --sdist` reads the commit id from it; `fetch` writes the commit object itself into
 the cache, so that an sdist pin is upstream's real commit (shallow: its parents are absent) and

@@ -171,6 +171,8 @@ _PREFIXED_CASE = re.compile(
 _TOTALS = re.compile(r"^  (\d+)/(\d+) tests passed$")
 # test-alloc's run(): the case's name at the start of a line, then "PASSED" when it returns
 _RUN_CASE = re.compile(r"^(?P<name>test_[A-Za-z0-9_]*)(?:\((?P<params>.*?)\))? (?P<rest>.*)$")
+# test-opt given a case filter (`-p`, patch 3): the name of each test on a line of its own before it runs
+_STARTED = re.compile(r"^(?P<name>test_[A-Za-z0-9_]*):$")
 _BACKEND_STATUS = re.compile(r"^  Backend (?P<backend>\S+)(?: (?P<variant>\S+))?: (?P<status>OK|FAIL|SKIPPED)$")
 _ERRVAL = re.compile(r"\b(?:ERR|NMSE|MAA) = ([0-9.eE+-]+|nan|inf)")
 
@@ -199,10 +201,17 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
     totals: tuple[int, int] | None = None
     skipped: list[str] = []
     pending: tuple[str, str, str] | None = None
+    # the test the program said it starts (_STARTED), until its section ends: a crash is inside it
+    started = ""
     lines = ANSI.sub("", text).splitlines()
     for i, line in enumerate(lines):
+        m = _STARTED.match(line)
+        if m:
+            started = m.group("name")
+            continue
         m = _BACKEND.match(line)
         if m:
+            started = ""
             backend = m.group(3).strip()
             group_start = len(cases)
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
@@ -211,11 +220,13 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
             continue
         m = _TOTALS.match(line)
         if m:
+            started = ""
             p, t = int(m.group(1)), int(m.group(2))
             totals = (totals[0] + p, totals[1] + t) if totals else (p, t)
             continue
         m = _BACKEND_STATUS.match(line)
         if m:
+            started = ""
             if m.group("variant"):
                 variant = m.group("variant")
                 cases[group_start:] = [CaseResult(c.program, c.backend, c.name, c.params, c.status, c.detail,
@@ -263,6 +274,8 @@ def parse_console(text: str, program: str) -> tuple[list[CaseResult], tuple[int,
         name, params, rest = pending
         detail = (rest + " (no result: the program stopped)").strip()
         cases.append(CaseResult(program, backend, name, params, CRASH, detail))
+    elif started:
+        cases.append(CaseResult(program, backend, started, "", CRASH, "(no result: the program stopped inside it)"))
     return cases, totals, skipped
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.compile.caseselect import _params_regex
 from builder.compile.reports import junit_xml, report_dict
 from builder.compile.testrun import (
     CRASHED,
@@ -27,7 +28,6 @@ from builder.compile.testrun import (
     Invocation,
     ProgramResult,
     TestReport,
-    _params_regex,
     parse_console,
     parse_sql,
     plan,

@@ -101,7 +101,7 @@ def statuses(r: testrun.ProgramResult) -> dict[tuple[str, str], str]:
 
 def stopped(r: testrun.ProgramResult) -> bool:
     """Whether the program was stopped early (a signal, its time limit) and not run past it to its end
-    (testrun.run_past_crashes): the cases it never printed say nothing."""
+    (caseselect.run_past_crashes): the cases it never printed say nothing."""
     return r.stopped
 
 

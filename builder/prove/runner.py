@@ -10,7 +10,7 @@ its record (`TreeRun`), so a tree means the same to each of them:
   and every one is in the patch's test paths; a build killed at its time limit never is;
 - a program the dynamic loader could not start (exit 127, nothing printed: `did not load`) means
   the tree did not build (`build-failed`), never a failed test and never "nothing checked";
-- a program that crashes inside a case is run again past it (`testrun.run_past_crashes`, where the
+- a program that crashes inside a case is run again past it (`caseselect.run_past_crashes`, where the
   program selects cases), so every case has an outcome and the crashing one fails;
 - else the programs' verdicts together (`testrun.tree_verdict`): `fails` when one failed or
   crashed, `passes` when each passed, else `nothing checked`.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
+from builder.compile import caseselect, testrun
 from builder.compile import cmakebuild as buildmod
-from builder.compile import testrun
 from builder.progress import ProgressSink
 from builder.prove import hunks as hk
 from builder.series.model import TestSpec
@@ -107,7 +107,7 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
         inv = invocation(t, backend)
         progress.begin(f"{label}: {inv.program}", None)
         with gate():
-            results.append(testrun.run_past_crashes(result.bin_dir, inv, log_of(i, inv),
+            results.append(caseselect.run_past_crashes(result.bin_dir, inv, log_of(i, inv),
                                                     limit_of(timeout, inv.command)))
         progress.end()
     return judge(command, result.duration_s, tuple(results), result.bin_dir, spec.build_dir, result.log)
@@ -182,12 +182,12 @@ def confirm(run: TreeRun, tests: list[TestSpec], backend: str, runs: int, decide
         only = None
         # a crash between cases is confirmed by the whole program: a narrowed run would not reach its site
         if decide == FAILING and not (first.signal_name and not any(c.status == testrun.CRASH for c in first.cases)):
-            inv, only = testrun.selecting(inv, [c for c in first.cases if c.status in (testrun.FAIL, testrun.CRASH)])
+            inv, only = caseselect.selecting(inv, [c for c in first.cases if c.status in (testrun.FAIL, testrun.CRASH)])
         more = []
         for k in range(2, runs + 1):
             progress.begin(f"{label}: {inv.program} (run {k} of {runs})", None)
             with gate():
-                more.append(testrun.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
+                more.append(caseselect.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
             progress.end()
         out.append(tuple(more))
     return tuple(out)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from builder.compile.cmakebuild import profile
+from builder.compile.backends import profile
 from builder.compile.toolchain import find_ccache
 from builder.deliver import WHEEL_BACKENDS
 from builder.deliver import drift as driftmod

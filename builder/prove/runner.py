@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.progress import ProgressSink
@@ -42,7 +43,7 @@ def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
     """How a test runs on a backend: test-backend-ops gets the backend's device, and each program the
     backend's trace variable."""
     args = list(t.args)
-    prof = buildmod.profile(backend)
+    prof = backendmod.profile(backend)
     if t.program == "test-backend-ops" and "-b" not in args:
         args += ["-b", prof.device]
     return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)

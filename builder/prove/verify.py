@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.compile import objc_toolchain, testrun
 from builder.compile.jobserver import Jobserver
 from builder.fsutil import remove_half_written
@@ -92,11 +92,11 @@ def available_backends() -> list[str]:
     if sys.platform == "darwin":
         found.append("metal")
     # the host-side Metal replay needs only a C++ compiler (docs/backends.md)
-    if sys.platform in buildmod.profile("metal-replay").platforms and any(
+    if sys.platform in backendmod.profile("metal-replay").platforms and any(
             shutil.which(c) for c in ("c++", "g++", "clang++")):
         found.append("metal-replay")
     # the tree's Metal host code on patchset's Metal stand-in: clang and a built Objective-C toolchain
-    if (sys.platform in buildmod.profile("metal-linux").platforms and shutil.which("clang")
+    if (sys.platform in backendmod.profile("metal-linux").platforms and shutil.which("clang")
             and objc_toolchain.find_built(default_cache_dir()) is not None):
         found.append("metal-linux")
     return found
@@ -323,7 +323,7 @@ class Verifier:
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
             tuple(steps), key, self.keys.host_info(), _now(),
-            note=buildmod.profile(backend).note,
+            note=backendmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
             cases=tuple(case_rows), conditions=self.keys.conditions(patch, backend, tests),
             declared=evidence_rules.declared(patch, backend),
@@ -339,7 +339,7 @@ class Verifier:
 
     def _stale_models(self, commit: str, backend: str) -> tuple[str, ...]:
         """On a Metal stand-in: why its kernel models do not hold for `commit` (kernel_models), else ()."""
-        selftest = buildmod.profile(backend).selftest
+        selftest = backendmod.profile(backend).selftest
         if not selftest or self.builder.last_build is None:
             return ()
         bin_dir = self.builder.last_build[0] / "bin"
@@ -614,7 +614,7 @@ def _pairs(v: Verifier, names: list[str] | None, backends: list[str],
 def _backends(backends: list[str] | None) -> list[str]:
     backends = backends or list(available_backends())
     for backend in backends:
-        buildmod.profile(backend)
+        backendmod.profile(backend)
     return backends
 
 
@@ -691,7 +691,7 @@ def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
     rows = []
     for p in series.patches:
         cells = {}
-        for b in buildmod.PROFILES:
+        for b in backendmod.PROFILES:
             e = ev.load(project.evidence_dir, p.name, b)
             if e is not None:
                 cells[b] = recorded_outcome(e.outcome, e.hunks, e.hunks_checked)

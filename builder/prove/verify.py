@@ -648,6 +648,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests
                                                       if t.runs_on(b, p.meta.backends)))
                                for p, b in todo[i + 1:] if b == backend]
+            v.builder.position = f"patch {i + 1}/{len(todo)}"
             start = time.perf_counter()
             proved = v.prove_patch(patch, trees[patch.index], backend)
             verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from builder.progress import NullProgress, ProgressSink
+
 if TYPE_CHECKING:  # the progress bar and the log handler are imported only on a terminal
     from rich.progress import Progress, TaskID
 
@@ -44,13 +46,15 @@ class CliProgress:
     ninja's `[N/M]` at each tenth of the total or every `plain_every_s`, and always the last; a line
     every `heartbeat_s` while a step runs with nothing else to say."""
 
+    _lock = threading.Lock()
+    """One line at a time from every sink (verify's lanes, the heartbeats)."""
+
     def __init__(self, plain_every_s: float = 10.0, heartbeat_s: float = 30.0) -> None:
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._label = ""
         self._every = plain_every_s
         self._heartbeat = heartbeat_s
-        self._lock = threading.Lock()
         self._last = 0.0
         """When the last plain line was printed."""
         self._started = 0.0
@@ -99,6 +103,10 @@ class CliProgress:
 
     def note(self, text: str) -> None:
         self._line(f"  {self._label}: {escape(text)}")
+
+    def lane(self) -> ProgressSink:
+        # bars of lanes at once would garble each other; lines, each naming its patch, do not
+        return NullProgress() if interactive() else CliProgress(self._every, self._heartbeat)
 
     def end(self) -> None:
         if self._bar is not None:

@@ -17,6 +17,10 @@ class ProgressSink(Protocol):
 
     def end(self) -> None: ...
 
+    def lane(self) -> ProgressSink:
+        """A sink for one of several steps that run at once (verify's lanes): one that reports nothing where
+        their reports would garble each other."""
+
 
 class NullProgress:
     """Reports nothing: the default for library callers and tests."""
@@ -32,6 +36,9 @@ class NullProgress:
 
     def end(self) -> None:
         pass
+
+    def lane(self) -> ProgressSink:
+        return self
 
 
 class Within:
@@ -52,3 +59,6 @@ class Within:
 
     def end(self) -> None:
         pass
+
+    def lane(self) -> ProgressSink:
+        return self.outer.lane()

@@ -325,6 +325,9 @@ class _HoldScratchLockAtTheSweepsTests:
     def note(self, text: str) -> None:
         pass
 
+    def lane(self) -> _HoldScratchLockAtTheSweepsTests:
+        return self
+
     def update(self, completed: int, total: int | None = None, detail: str = "") -> None:
         pass
 

@@ -194,6 +194,16 @@ def test_verify_off_a_terminal_says_which_patch_of_how_many_and_ninjas_counts_on
     assert re.search(r"^  patch \d/2: .*: building: \[(\d+)/\1\]", err, re.M), err
 
 
+def test_verify_in_lanes_off_a_terminal_prints_each_lanes_lines(mini: Mini,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert mini.cli("verify", "--backend", "cpu", "-j", "4", "--lanes", "2", "--no-reuse") == 4
+    out = capsys.readouterr().out
+    # two lanes, one patch each, both speaking (they were silent but for their verdicts)
+    said = dict(re.findall(r"^patch (\d)/2: (\S+) \[cpu\] \w+: building \.\.\.$", out, re.M))
+    assert sorted(said) == ["1", "2"], out
+    assert sorted(said.values()) == ["0001-calc-sub-subtracts.patch", "0002-calc-document-the-header.patch"], out
+
+
 def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     assert mini.cli("all", "-j", "2") == 4
     out = capsys.readouterr().out

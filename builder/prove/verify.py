@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 import shutil
 import sys
@@ -199,11 +200,12 @@ class Verifier:
     def in_lane(self, lane: int, jobserver: str | None,
                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
         """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
-        and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is
-        silent (lanes at once would garble one progress bar; their verdicts are reported as they finish)."""
+        and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is its
+        own (`ProgressSink.lane`: lines off a terminal; silent on one, where lanes at once would garble one
+        progress bar, and their verdicts are reported as they finish)."""
         other = copy.copy(self)
-        other.builder = self.builder.for_lane(lane, jobserver, NullProgress(), test_gate)
-        other.progress = NullProgress()
+        other.progress = self.progress.lane()
+        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate)
         other.hunk_runner = HunkRunner(other.builder, other.progress, confirm=self.confirm)
         return other
 
@@ -668,6 +670,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
     chains = [by_key.pop((c.patch, c.backend)) for c in planned.chains if (c.patch, c.backend) in by_key]
     # what builds no tree (`needs cuda`, no test for the backend) last: it takes no time
     chains += by_key.values()
+    started = itertools.count(1)  # the patches' count as lanes start them (next() is atomic: lanes are threads)
     with Jobserver(v.jobs or os.cpu_count() or 1) as pool:
         verifiers: dict[int, Verifier] = {}
 
@@ -675,6 +678,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
             if lane not in verifiers:
                 verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone)
             patch, backend = job
+            verifiers[lane].builder.position = f"patch {next(started)}/{len(todo)}"
             start = time.perf_counter()
             proved = verifiers[lane].prove_patch(patch, trees[patch.index], backend)
             return dataclasses.replace(proved, seconds=time.perf_counter() - start)

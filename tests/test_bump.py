@@ -322,6 +322,12 @@ class _HoldScratchLockAtTheSweepsTests:
             assert self.holder.poll() is None and time.monotonic() < deadline, "the holder never took the lock"
             time.sleep(0.05)
 
+    def note(self, text: str) -> None:
+        pass
+
+    def lane(self) -> _HoldScratchLockAtTheSweepsTests:
+        return self
+
     def update(self, completed: int, total: int | None = None, detail: str = "") -> None:
         pass
 

@@ -5,6 +5,7 @@ program stopped at its limit, slices of another ref, and damaged records as one-
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 import tomllib
 import xml.etree.ElementTree as ET
@@ -180,6 +181,27 @@ def test_verify_not_proven_is_exit_4(mini: Mini, capsys: pytest.CaptureFixture[s
     assert sorted(rows) == ["0001-calc-sub-subtracts.patch", "0002-calc-document-the-header.patch"], out
     assert "│ proven " in rows["0001-calc-sub-subtracts.patch"], out
     assert "│ not proven " in rows["0002-calc-document-the-header.patch"], out
+
+
+def test_verify_off_a_terminal_says_which_patch_of_how_many_and_ninjas_counts_on_stderr_under_json(
+        mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    code = mini.cli("verify", "--backend", "cpu", "-j", "2", "--lanes", "1", "--no-reuse", "--json")
+    out, err = capsys.readouterr()
+    assert code == 4 and json.loads(out)["format"].startswith("patchset-verify/")
+    # from the head of the series down: the second patch is the first of two proven
+    assert re.search(r"^patch 1/2: 0002-calc-document-the-header\.patch \[cpu\] \w+: building \.\.\.$", err, re.M), err
+    assert re.search(r"^patch 2/2: 0001-calc-sub-subtracts\.patch \[cpu\] \w+: building \.\.\.$", err, re.M), err
+    assert re.search(r"^  patch \d/2: .*: building: \[(\d+)/\1\]", err, re.M), err
+
+
+def test_verify_in_lanes_off_a_terminal_prints_each_lanes_lines(mini: Mini,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert mini.cli("verify", "--backend", "cpu", "-j", "4", "--lanes", "2", "--no-reuse") == 4
+    out = capsys.readouterr().out
+    # two lanes, one patch each, both speaking (they were silent but for their verdicts)
+    said = dict(re.findall(r"^patch (\d)/2: (\S+) \[cpu\] \w+: building \.\.\.$", out, re.M))
+    assert sorted(said) == ["1", "2"], out
+    assert sorted(said.values()) == ["0001-calc-sub-subtracts.patch", "0002-calc-document-the-header.patch"], out
 
 
 def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from helpers import pin_toml
 from test_export import AUTHOR, BUG_FORM, PR_TEMPLATE
 from test_verify import CALC_C, CALC_H, GGML_CMAKE, commit_files, git, mutation, program_source
 
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.deliver import clean
 from builder.deliver import evidence_facts as facts
 from builder.deliver.export import export

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import copy_real_project
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.replay import read_trace
@@ -98,7 +99,7 @@ def test_verify_checks_the_kernel_models_against_the_tree_it_proves_on(project: 
     patch = acc_set_patch(project.patches_dir)
     verify(project, [patch.name], ["metal-replay"], jobs=2)  # reused from the test above, or made here
     bin_dir = project.build_root / "verify-metal-replay-minimal" / "bin"
-    selftest = buildmod.profile("metal-replay").selftest or ""
+    selftest = backendmod.profile("metal-replay").selftest or ""
     work = GitRepo(project.work_repo)
     pin = work.out("rev-parse", "upstream^{commit}")
     assert kernel_models.stale_models(bin_dir, selftest, work, pin, tmp_path / "pin", timeout=60) == ()
@@ -198,7 +199,7 @@ def test_the_same_harness_builds_and_passes_on_the_pin(project: Project, tmp_pat
         result = buildmod.build(spec)
         assert result.ok, f"{result.first_error} (log {result.log})"
         log_dir = tmp_path / "logs"
-        prof = buildmod.profile("metal-replay")
+        prof = backendmod.profile("metal-replay")
         ops = testrun.run_program(result.bin_dir, testrun.Invocation(
             "test-backend-ops", ("test", "-o", "ACC,SET,CPY", "-b", prof.device), trace_env=prof.trace_env),
             log_dir / "ops.log")

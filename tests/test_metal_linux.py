@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import reuse_objc_toolchain
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild
 from builder.compile import objc_toolchain as ot
 from builder.compile.cmakebuild import BuildSpec
@@ -59,7 +60,7 @@ def test_the_build_names_the_toolchain_and_clang_or_says_how_to_build_it(tmp_pat
 
 
 def test_the_evidence_depends_on_the_standin_and_the_shared_models() -> None:
-    prof = cmakebuild.profile("metal-linux")
+    prof = backendmod.profile("metal-linux")
     names = {p.relative_to(ROOT).as_posix() for p in prof.harness}
     assert {"builder/metal_linux/metal.m", "builder/metal_linux/dispatch.m", "builder/metal_linux/glue.cpp",
             "builder/replay/cpp/replay-kernels.cpp", "builder/replay/cpp/replay-abi.cpp"} <= names

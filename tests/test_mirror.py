@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import UPSTREAM_FILES, Upstream, evil_member, git, make_project, make_sdist, pin_toml, sdist_pin_sources
 
+from builder.console import CliProgress
 from builder.errors import SourceError
 from builder.series.apply import apply
 from builder.upstream import fetch as upstream
@@ -68,6 +69,16 @@ def test_sdist_source_used_when_git_fails(tmp_path: Path, up: Upstream, cache_di
     assert (again.commit, again.tree) == (got.commit, got.tree)
     points = [line.split(" ", 2)[2] for line in trace.read_text().splitlines()]
     assert len(points) == 2 and all(p.startswith("git ") and p.endswith("[rev-parse]") for p in points), points
+
+
+def test_a_download_says_its_size_and_rate(tmp_path: Path, up: Upstream, cache_dir: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    archive = make_sdist(tmp_path / "dist" / "pkg-1.0.tar.gz", UPSTREAM_FILES)
+    pin = _pin(tmp_path, up, archive, bogus_git_first=False)
+    upstream.fetch(cache_dir, pin, CliProgress())
+    out = capsys.readouterr().out
+    assert re.search(r"^  downloading .*pkg-1\.0\.tar\.gz \(checked by sha256\): \d+\.\d MiB in \d+ s, "
+                     r"\d+\.\d MiB/s$", out, re.M), out
 
 
 def test_sdist_import_is_deterministic_and_applies(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_testrun import compile_c
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile.replay import read_trace, trace_notes
 from builder.compile.testrun import FAIL, FAILED, PASS, Invocation, parse_console, plan, run_program
@@ -85,7 +86,7 @@ def test_before_tree_fails_exactly_the_wide_cases() -> None:
 
 
 def test_plan_runs_only_test_backend_ops_with_a_trace() -> None:
-    prof = buildmod.profile("metal-replay")
+    prof = backendmod.profile("metal-replay")
     invs = plan(prof.device, "metal-replay", "test", ["ACC", "SET", "CPY"], [("test-metal-buffer-lookup", ())],
                 prof.programs, prof.trace_env)
     assert [(i.program, i.args, i.trace_env) for i in invs] == [
@@ -142,11 +143,11 @@ def test_the_replay_builds_only_the_minimal_target_set(tmp_path: Path) -> None:
 def test_the_replay_is_a_backend_here_and_hashes_its_sources() -> None:
     if sys.platform in ("linux", "darwin"):
         assert "metal-replay" in available_backends()
-    prof = buildmod.profile("metal-replay")
+    prof = backendmod.profile("metal-replay")
     names = {p.name for p in prof.harness}
     assert {"replay-device.cpp", "replay-context.cpp", "replay-kernels.cpp", "replay.cmake"} <= names
-    assert len(buildmod.harness_digest("metal-replay")) == 64
-    assert buildmod.harness_digest("cpu") == ""
+    assert len(backendmod.harness_digest("metal-replay")) == 64
+    assert backendmod.harness_digest("cpu") == ""
 
 
 def test_evidence_says_it_is_a_replay() -> None:
@@ -155,7 +156,7 @@ def test_evidence_says_it_is_a_replay() -> None:
                            "signal": None, "verdict": FAILED, "passed": 20, "failed": 6, "skipped": 0,
                            "duration_s": 1.0, "log": "l", "failing": [], "notes": list(trace_notes(TRACE))},))
     e = ev.Evidence("0004-x.patch", "metal : x", "metal-replay", "proven", "why", {}, (step,), "k",
-                    note=buildmod.profile("metal-replay").note)
+                    note=backendmod.profile("metal-replay").note)
     text = ev.markdown(e)
     assert "> metal-replay: host-side replay, not a run on Apple hardware" in text
     assert "wrote 2048 of 8192 elements (columns 0..1023 of 4096-wide rows): 6144 left stale" in text

@@ -17,7 +17,7 @@ import pytest
 
 from builder.cli import main
 from builder.commands import jsonout
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.deliver import report_page
 from builder.errors import InputError
 from builder.prove import backends_doc

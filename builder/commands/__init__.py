@@ -12,7 +12,7 @@ from types import ModuleType
 NAMES = (
     "fetch", "apply", "refresh", "status", "rebase", "check", "build", "test", "slice", "verify",
     "all", "pin", "export", "evidence", "report", "wheel", "gc", "bump", "canary", "toolchain",
-    "init", "import", "new", "edit", "drop", "move", "mark", "undo", "completion", "help",
+    "init", "import", "new", "edit", "drop", "move", "mark", "undo", "offline", "completion", "help",
 )
 
 

@@ -24,8 +24,9 @@ from builder.commands.verify_cmd import (
     print_verdicts,
 )
 from builder.commands.verify_cmd import outcome as verify_outcome
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.compile.reports import report_dict, write_junit
 from builder.compile.toolchain import CcacheStats
 from builder.console import CliProgress, console
@@ -107,7 +108,7 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
     record = project.state_dir / "test" / f"all-{args.backend}.json"
     # the tests of a build nothing changed, which passed last time, are not run again (--junit needs a run)
     earlier = reusable_tests(record, key) if b.noop and built and not args.junit else None
-    with clock.phase("test", compiles=bool(buildmod.profile(args.backend).harness)) as ph:
+    with clock.phase("test", compiles=bool(backendmod.profile(args.backend).harness)) as ph:
         if earlier is not None:
             ph["reused"] = True
             ph["detail"] = f"{len(earlier['programs'])} program(s) passed on this build before"

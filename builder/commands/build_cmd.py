@@ -6,7 +6,8 @@ import argparse
 
 from builder import proc
 from builder.commands import jsonout
-from builder.compile.cmakebuild import PROFILES, TARGET_SETS, BuildResult
+from builder.compile.backends import PROFILES, TARGET_SETS
+from builder.compile.cmakebuild import BuildResult
 from builder.console import CliProgress, console
 from builder.errors import Outcome
 from builder.project import Project

@@ -13,7 +13,7 @@ from builder.commands.sweep_view import print_sweep
 from builder.commands.test_cmd import add_timeout
 from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.commands.verify_cmd import print_not_here, print_verdicts, verify_json
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.compile.testrun import MODES
 from builder.console import CliProgress, console
 from builder.errors import Outcome

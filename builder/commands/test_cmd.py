@@ -9,7 +9,7 @@ from rich.table import Table
 
 from builder import proc, words
 from builder.commands import jsonout, sweep_view
-from builder.compile.cmakebuild import PROFILES, TARGET_SETS
+from builder.compile.backends import PROFILES, TARGET_SETS
 from builder.compile.reports import report_dict, write_junit
 from builder.compile.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.console import console

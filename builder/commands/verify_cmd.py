@@ -11,7 +11,7 @@ from rich.table import Table
 from builder import proc
 from builder.commands import jsonout, options
 from builder.commands.test_cmd import add_confirm, add_timeout
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.project import Project

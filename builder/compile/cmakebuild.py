@@ -7,7 +7,6 @@ records what it was configured from and reconfigures when that changes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from builder import proc
 from builder.compile import llamacommon, objc_toolchain, platformseed
+from builder.compile.backends import TARGET_SETS, profile
 from builder.compile.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
 from builder.fsutil import atomic_write_text
@@ -29,71 +29,12 @@ from builder.progress import NullProgress, ProgressSink
 log = logging.getLogger("patchset")
 
 MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
-REPLAY_DIR = Path(__file__).parent.parent / "replay" / "cpp"
-METAL_LINUX_DIR = Path(__file__).parent.parent / "metal_linux"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
-TARGET_SETS = ("minimal", "full")
 TREE_LINK = "tree"
 """In a minimal build folder, a link to the tree it builds: the compiler sees the tree there, and
 ccache's base_dir is the folder. Every folder then names a source the same way (tree/ggml/src/ggml.c),
 so a file another folder compiled from another checkout, with the same content and flags, comes from
 the cache: the verify worktree's first build takes the work tree's objects, not minutes of compiling."""
-
-
-@dataclass(frozen=True)
-class BackendProfile:
-    """Everything that differs between backends, in one place."""
-
-    name: str
-    cmake_args: tuple[str, ...]
-    platforms: tuple[str, ...]
-    """`sys.platform` values on which this backend builds and runs."""
-    device: str
-    """The backend name test programs know it by (`-b` of test-backend-ops)."""
-    programs: tuple[str, ...] | None = None
-    """The test programs that can run on this backend; None: every one."""
-    target_sets: tuple[str, ...] = TARGET_SETS
-    harness: tuple[Path, ...] = ()
-    """Sources of ours compiled into the test programs (a change in them invalidates evidence)."""
-    selftest: str | None = None
-    """A program of ours that checks the harness against the tree (`--tree DIR`), run by `patchset test`."""
-    trace_env: str | None = None
-    """Environment variable naming the file a test program writes its dispatch trace to."""
-    note: str = ""
-    """What a result on this backend is and is not, for reports and evidence."""
-
-
-REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal host C++ (the op encoders of "
-               "ggml-metal-ops.cpp, ggml-metal-device.cpp, ggml-metal-common.cpp, ggml-metal.cpp) compiled unchanged "
-               "on this machine with patchset's replacement of the Objective-C device and context and CPU models of "
-               "the kernels it dispatches; shaders, the GPU's scheduling and memory model and the Objective-C code "
-               "are not exercised (docs/backends.md)")
-
-METAL_LINUX_NOTE = ("the tree's own Metal host code (every ggml/src/ggml-metal/*.m and *.cpp, compiled unchanged with "
-                    "clang for the GNUstep runtime) run on patchset's Metal stand-in on this machine, not on Apple "
-                    "hardware: buffers are host memory and each compute dispatch runs a CPU model of its kernel; the "
-                    "shaders, the GPU's scheduling and memory model and its timing are not exercised "
-                    "(docs/backends.md)")
-
-
-def _harness(*dirs: Path) -> tuple[Path, ...]:
-    return tuple(sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if p.is_file()))
-
-
-PROFILES: dict[str, BackendProfile] = {
-    "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
-    "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
-    "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0"),
-    "metal-replay": BackendProfile(
-        "metal-replay", ("-DPATCHSET_METAL_REPLAY=ON",), ("linux", "darwin"), "MTL0-REPLAY",
-        programs=("test-backend-ops",), target_sets=("minimal",),
-        harness=tuple(sorted(p for p in REPLAY_DIR.iterdir() if p.is_file())) if REPLAY_DIR.is_dir() else (),
-        selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
-    "metal-linux": BackendProfile(
-        "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
-        programs=("test-backend-ops",), target_sets=("minimal",),
-        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE),
-}
 
 # The tree's CMake drops test-opt silently when either is on, and sanitizers change the timing
 # the optimizer tests rely on.
@@ -102,6 +43,7 @@ _TEST_SAFE = ("-DGGML_SCHED_NO_REALLOC=OFF", "-DLLAMA_SANITIZE_ADDRESS=OFF", "-D
 # no network at configure or build time: no HTTPS client, no prebuilt web UI download
 _FULL_ARGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
               "-DLLAMA_BUILD_UI=OFF")
+
 
 def includes_llama(text: str) -> bool:
     """True when a test source includes llama's or llama-common's headers: the minimal build then
@@ -116,21 +58,6 @@ LLAMA_PATHS = ("include", "src", "common", "vendor")
 def links_llama(source: Path, program: str) -> bool:
     f = source / "tests" / f"{program}.cpp"
     return f.exists() and includes_llama(f.read_text(errors="replace"))
-
-
-def harness_digest(backend: str) -> str:
-    """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""
-    h = hashlib.sha256()
-    for p in profile(backend).harness:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest() if profile(backend).harness else ""
-
-
-def profile(name: str) -> BackendProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise InputError(f"unknown backend '{name}' (known: {', '.join(PROFILES)})") from None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.deliver import clean
 from builder.prove import cases as case_table
 from builder.prove import evidence as ev

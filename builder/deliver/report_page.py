@@ -27,7 +27,7 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.deliver import committed
 from builder.errors import InputError
 from builder.fsutil import atomic_write_text, load_json, sha256_file

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from builder.compile.cmakebuild import profile
+from builder.compile.backends import profile
 from builder.compile.toolchain import find_ccache
 from builder.deliver import WHEEL_BACKENDS
 from builder.deliver import drift as driftmod
@@ -308,7 +308,7 @@ def prepare(project: Project, options: WheelOptions, progress: ProgressSink | No
     second = _bindings_series(project, src_info)
     progress.begin(f"bindings sdist ({origin}, checked by sha256)", None)
     try:
-        archive = mirror.download(src_info, project.cache_dir / "downloads", project.cache_dir / "tmp")
+        archive = mirror.download(src_info, project.cache_dir / "downloads", project.cache_dir / "tmp", progress)
     finally:
         progress.end()
     root = wheel_root(project, options.backend)

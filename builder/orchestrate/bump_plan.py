@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.errors import InputError
@@ -252,7 +253,7 @@ def report_path(project: Project, old: Pin, new: Pin) -> Path:
 
 def _check_options(opts: BumpOptions) -> None:
     """What would make a stage refuse its input, refused before anything runs."""
-    if sys.platform not in buildmod.profile(opts.backend).platforms:
+    if sys.platform not in backendmod.profile(opts.backend).platforms:
         raise InputError(f"--backend {opts.backend}: its tests cannot run on {sys.platform}, so a bump cannot be "
                          "judged here")
     mode = opts.mode or testrun.default_mode(opts.backend)

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.compile.cmakebuild import PROFILES
+from builder.compile.backends import PROFILES
 from builder.errors import InputError
 from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.series.model import Series

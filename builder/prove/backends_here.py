@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.compile import objc_toolchain
 from builder.project import default_cache_dir
 from builder.series.model import Patch
@@ -19,11 +19,11 @@ def available_backends() -> list[str]:
     if sys.platform == "darwin":
         found.append("metal")
     # the host-side Metal replay needs only a C++ compiler (docs/backends.md)
-    if sys.platform in buildmod.profile("metal-replay").platforms and any(
+    if sys.platform in backendmod.profile("metal-replay").platforms and any(
             shutil.which(c) for c in ("c++", "g++", "clang++")):
         found.append("metal-replay")
     # the tree's Metal host code on patchset's Metal stand-in: clang and a built Objective-C toolchain
-    if (sys.platform in buildmod.profile("metal-linux").platforms and shutil.which("clang")
+    if (sys.platform in backendmod.profile("metal-linux").platforms and shutil.which("clang")
             and objc_toolchain.find_built(default_cache_dir()) is not None):
         found.append("metal-linux")
     return found

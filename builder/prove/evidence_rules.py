@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.compile import testrun
 from builder.fsutil import sha256_file
 from builder.prove import cases
@@ -88,7 +88,7 @@ def declared_differs(record: dict, now: dict, backend: str) -> str | None:
     after = next((s for s in record.get("steps") or () if isinstance(s, dict) and s.get("tree") == "after"), None)
     if after is None or not after.get("tests"):
         return None
-    device = f" -b {buildmod.profile(backend).device}" if backend in buildmod.PROFILES else ""
+    device = f" -b {backendmod.profile(backend).device}" if backend in backendmod.PROFILES else ""
     ran = [str(t.get("command", "")) for t in after["tests"] if isinstance(t, dict)]
     if [c if c in now["tests"] else c.removesuffix(device) for c in ran] != now["tests"]:
         return f"made for other declared tests ({_commands(ran)}; the patch declares {_commands(now['tests'])} now)"

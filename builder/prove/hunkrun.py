@@ -80,8 +80,8 @@ class HunkRunner:
                 errors = fut.result() if fut is not None else []
                 results.append(self._hunk_tree(patch, backend, tests, timeout, job, len(units), errors))
             for job in deferred:
-                self.progress.begin(f"{patch.name} [{backend}] hunk {job.n}/{len(units)} {job.unit.label}: "
-                                    "compiling", None)
+                hunk = self.builder.label(patch, backend, "hunk")
+                self.progress.begin(f"{hunk} {job.n}/{len(units)} {job.unit.label}: compiling", None)
                 errors = futures[job.n].result()
                 self.progress.end()
                 results.append(self._hunk_tree(patch, backend, tests, timeout, job, len(units), errors))
@@ -103,7 +103,8 @@ class HunkRunner:
         unit, commit = job.unit, job.commit
         if errors:
             return hk.result(unit, hk.NOT_BUILT, "does not compile", errors=tuple(errors[:10]), commit=commit)
-        self.progress.begin(f"{patch.name} [{backend}] hunk {job.n}/{total} {unit.label}: building", None)
+        hunk = self.builder.label(patch, backend, "hunk")
+        self.progress.begin(f"{hunk} {job.n}/{total} {unit.label}: building", None)
         self.progress.end()
         step = self.builder.run_tree(f"hunk-{job.n}", commit, patch, backend, tests, timeout, record_inputs=False,
                                      confirm=self.confirm)

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import metalcheck, testrun
 from builder.errors import BuildError, InputError, TestRunError
@@ -47,7 +48,7 @@ def programs_for(source: Path, series: Series, backend: str = "cpu") -> tuple[st
         for t in p.meta.tests:
             if t.program not in names and (source / "tests" / f"{t.program}.cpp").exists():
                 names.append(t.program)
-    allowed = buildmod.profile(backend).programs
+    allowed = backendmod.profile(backend).programs
     return tuple(n for n in names if allowed is None or n in allowed)
 
 
@@ -111,7 +112,7 @@ def run_tests(project: Project, backend: str = "cpu", targets: str = "minimal", 
 
 def _run_tests(project: Project, backend: str, targets: str, mode: str | None, ops: list[str] | None,
                all_ops: bool, timeout: float | None) -> testrun.TestReport:
-    prof = buildmod.profile(backend)
+    prof = backendmod.profile(backend)
     if sys.platform not in prof.platforms:
         raise InputError(f"{backend} tests cannot run on {sys.platform}: not run here")
     series = load_series(project.patches_dir)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from builder import proc
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import objc_toolchain
 from builder.errors import ProcessError
@@ -65,7 +66,7 @@ class ProofKeys:
         inputs: dict[str, object] = {
             "backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
             "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
-            "harness": buildmod.harness_digest(backend)}
+            "harness": backendmod.harness_digest(backend)}
         if extra := buildmod.user_cmake_args():  # absent when unset: keys made without it stay the same
             inputs["cmake_args"] = list(extra)
         return inputs

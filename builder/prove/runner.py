@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
+from builder.compile import backends as backendmod
 from builder.compile import caseselect, testrun
 from builder.compile import cmakebuild as buildmod
-from builder.progress import ProgressSink
+from builder.progress import ProgressSink, Within
 from builder.prove import hunks as hk
 from builder.series.model import TestSpec
 
@@ -42,7 +43,7 @@ def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
     """How a test runs on a backend: test-backend-ops gets the backend's device, and each program the
     backend's trace variable."""
     args = list(t.args)
-    prof = buildmod.profile(backend)
+    prof = backendmod.profile(backend)
     if t.program == "test-backend-ops" and "-b" not in args:
         args += ["-b", prof.device]
     return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
@@ -86,11 +87,12 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
     run one test program at a time)."""
     progress.begin(f"{label}: building", None)
     spec = specs[0]
-    result = buildmod.build(spec)
+    # ninja's count moves this step's (CI logs see `[N/M]` lines, a terminal one bar)
+    result = buildmod.build(spec, Within(progress))
     for later in specs[1:]:
         if result.ok:
             break
-        spec, result = later, buildmod.build(later)
+        spec, result = later, buildmod.build(later, Within(progress))
     progress.end()
     command = f"cmake --build {spec.build_dir} --target {' '.join(buildmod.ninja_targets(spec))}"
     if not result.ok:

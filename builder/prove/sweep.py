@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile import testrun
 from builder.compile.testrun import FAIL, PASS, Invocation
@@ -58,7 +59,7 @@ def tree_invocations(opts: SweepOptions, mode: str, declared: list[tuple[str, tu
                      built: set[str]) -> list[Invocation]:
     """What the sweep runs on one tree: `patchset test`'s plan for the backend (only the programs its
     profile can run, with its trace), and of the series' own programs those in `built`."""
-    prof = buildmod.profile(opts.backend)
+    prof = backendmod.profile(opts.backend)
     extra = [(prog, args) for prog, args in declared if prog not in buildmod.DEFAULT_PROGRAMS and prog in built]
     invs = testrun.plan(prof.device, opts.backend, mode, list(opts.ops) if opts.ops else None, extra,
                         prof.programs, prof.trace_env)
@@ -70,7 +71,7 @@ def tree_invocations(opts: SweepOptions, mode: str, declared: list[tuple[str, tu
 def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = None) -> SweepReport:
     progress = progress or NullProgress()
     start = time.monotonic()
-    prof = buildmod.profile(opts.backend)
+    prof = backendmod.profile(opts.backend)
     if sys.platform not in prof.platforms:
         raise InputError(f"{opts.backend} tests cannot run on {sys.platform}: not run here")
     mode = opts.mode or testrun.default_mode(opts.backend)

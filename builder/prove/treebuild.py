@@ -83,6 +83,8 @@ class TreeBuilder:
         decided)."""
         self._llama_sides: dict[str, tuple[str | None, ...]] = {}
         self._libraries: dict[str, pytests.Library] = {}
+        self.position = ""
+        """Where the run stands, named in every progress label ("patch 3/7"; empty: not said)."""
 
     def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink,
                  test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> TreeBuilder:
@@ -95,6 +97,10 @@ class TreeBuilder:
         other._libraries = self._libraries
         other.test_gate = test_gate
         return other
+
+    def label(self, patch: Patch, backend: str, kind: str) -> str:
+        """What progress calls a tree's step: the run's position, the patch, its backend and the tree."""
+        return f"{self.position + ': ' if self.position else ''}{patch.name} [{backend}] {kind}"
 
     def checkout(self, commit: str) -> None:
         if self._checked_out != commit:
@@ -152,7 +158,7 @@ class TreeBuilder:
         run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
                               lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
                               timeout=self.timeout if timeout is None else timeout, progress=self.progress,
-                              label=f"{patch.name} [{backend}] {kind}", gate=self.test_gate)
+                              label=self.label(patch, backend, kind), gate=self.test_gate)
         build_dir = run.build_dir or spec.build_dir
         # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
         # files the other trees' programs were built from, in its own version: () adds none
@@ -165,7 +171,7 @@ class TreeBuilder:
                 run, tests, backend, confirm, decide,
                 lambda i, k, inv: log_dir / f"{kind}-{i}-{inv.program}-run{k}.log",
                 timeout=self.timeout if timeout is None else timeout, progress=self.progress,
-                label=f"{patch.name} [{backend}] {kind}", gate=self.test_gate)
+                label=self.label(patch, backend, kind), gate=self.test_gate)
         return self._step(kind, commit, run)
 
     def _step(self, kind: str, commit: str, run: runner.TreeRun) -> ev.Step:
@@ -203,7 +209,7 @@ class TreeBuilder:
         runs = []
         for i, t in enumerate(tests, 1):
             inv = testrun.Invocation(t.program, t.args)
-            self.progress.begin(f"{patch.name} [{backend}] {kind}: {inv.command}", None)
+            self.progress.begin(f"{self.label(patch, backend, kind)}: {inv.command}", None)
             with self.test_gate():
                 r = pytests.run(self.src, lib, inv, self._log_dir(patch, backend) / f"{kind}-{i}-python.log",
                                 self.timeout if timeout is None else limit_of(timeout, inv.command))

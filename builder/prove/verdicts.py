@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import words
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.project import Project
 from builder.prove import evidence as ev
 from builder.prove import hunks as hk
@@ -99,7 +99,7 @@ def report_table(project: Project) -> list[tuple[str, dict[str, str]]]:
     rows = []
     for p in series.patches:
         cells = {}
-        for b in buildmod.PROFILES:
+        for b in backendmod.PROFILES:
             e = ev.load(project.evidence_dir, p.name, b)
             if e is not None:
                 cells[b] = recorded_outcome(e.outcome, e.hunks, e.hunks_checked)

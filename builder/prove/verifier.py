@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from builder import words
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.compile import testrun
 from builder.compile.toolchain import find_ccache
 from builder.progress import NullProgress, ProgressSink
@@ -83,11 +83,12 @@ class Verifier:
     def in_lane(self, lane: int, jobserver: str | None,
                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
         """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
-        and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is
-        silent (lanes at once would garble one progress bar; their verdicts are reported as they finish)."""
+        and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is its
+        own (`ProgressSink.lane`: lines off a terminal; silent on one, where lanes at once would garble one
+        progress bar, and their verdicts are reported as they finish)."""
         other = copy.copy(self)
-        other.builder = self.builder.for_lane(lane, jobserver, NullProgress(), test_gate)
-        other.progress = NullProgress()
+        other.progress = self.progress.lane()
+        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate)
         other.hunk_runner = HunkRunner(other.builder, other.progress, confirm=self.confirm)
         return other
 
@@ -207,7 +208,7 @@ class Verifier:
             {"name": self.pin.name, "tag": self.pin.tag, "commit": self.pin.commit, "tree": self.pin.tree,
              "source": self.fetched.source},
             tuple(steps), key, self.keys.host_info(), _now(),
-            note=buildmod.profile(backend).note,
+            note=backendmod.profile(backend).note,
             hunks=tuple(dataclasses.asdict(h) for h in hunk_results), hunks_checked=bool(hunk_results),
             cases=tuple(case_rows), conditions=self.keys.conditions(patch, backend, tests),
             declared=evidence_rules.declared(patch, backend),
@@ -223,7 +224,7 @@ class Verifier:
 
     def _stale_models(self, commit: str, backend: str) -> tuple[str, ...]:
         """On a Metal stand-in: why its kernel models do not hold for `commit` (kernel_models), else ()."""
-        selftest = buildmod.profile(backend).selftest
+        selftest = backendmod.profile(backend).selftest
         if not selftest or self.builder.last_build is None:
             return ()
         bin_dir = self.builder.last_build[0] / "bin"

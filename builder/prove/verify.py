@@ -15,12 +15,13 @@ still holds first (nothing built), the rest in one lane or several; each patch's
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
 from collections.abc import Callable, Mapping
 
 from builder import words
-from builder.compile import cmakebuild as buildmod
+from builder.compile import backends as backendmod
 from builder.compile import testrun
 from builder.compile.jobserver import Jobserver
 from builder.compile.toolchain import find_ccache
@@ -78,7 +79,7 @@ def _pairs(v: Verifier, names: list[str] | None, backends: list[str],
 def _backends(backends: list[str] | None) -> list[str]:
     backends = backends or list(available_backends())
     for backend in backends:
-        buildmod.profile(backend)
+        backendmod.profile(backend)
     return backends
 
 
@@ -112,6 +113,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests
                                                       if t.runs_on(b, p.meta.backends)))
                                for p, b in todo[i + 1:] if b == backend]
+            v.builder.position = f"patch {i + 1}/{len(todo)}"
             start = time.perf_counter()
             proved = v.prove_patch(patch, trees[patch.index], backend)
             verdicts.append(dataclasses.replace(proved, seconds=time.perf_counter() - start))
@@ -131,6 +133,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
     chains = [by_key.pop((c.patch, c.backend)) for c in planned.chains if (c.patch, c.backend) in by_key]
     # what builds no tree (`needs cuda`, no test for the backend) last: it takes no time
     chains += by_key.values()
+    started = itertools.count(1)  # the patches' count as lanes start them (next() is atomic: lanes are threads)
     with Jobserver(v.jobs or os.cpu_count() or 1) as pool:
         verifiers: dict[int, Verifier] = {}
 
@@ -138,6 +141,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
             if lane not in verifiers:
                 verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone)
             patch, backend = job
+            verifiers[lane].builder.position = f"patch {next(started)}/{len(todo)}"
             start = time.perf_counter()
             proved = verifiers[lane].prove_patch(patch, trees[patch.index], backend)
             return dataclasses.replace(proved, seconds=time.perf_counter() - start)

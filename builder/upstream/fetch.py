@@ -318,7 +318,7 @@ def _import_sdist(
     try:
         from builder.upstream import mirror  # noqa: PLC0415 (urllib and ssl: only a download needs them)
 
-        archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp")
+        archive = mirror.download(src, cache_dir / "downloads", cache_dir / "tmp", progress)
     finally:
         progress.end()
     try:

@@ -130,7 +130,7 @@ def _pin_sdist(q: GitRepo, req: PinRequest, cache_dir: Path, scratch: Path, prog
     requirement, url = _sdist_spec(req.sdist)
     progress.begin(f"downloading {requirement or url}", None)
     try:
-        dl = mirror.download_new(requirement, url, cache_dir / "downloads", cache_dir / "tmp")
+        dl = mirror.download_new(requirement, url, cache_dir / "downloads", cache_dir / "tmp", progress)
     finally:
         progress.end()
     tree, count = import_tree(q, dl.path, req.subdir, scratch, progress)

@@ -1,0 +1,85 @@
+"""The backends a tree is built for: each one's CMake options, platforms, test programs and harness."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import InputError
+
+REPLAY_DIR = Path(__file__).parent.parent / "replay" / "cpp"
+METAL_LINUX_DIR = Path(__file__).parent.parent / "metal_linux"
+TARGET_SETS = ("minimal", "full")
+
+
+@dataclass(frozen=True)
+class BackendProfile:
+    """Everything that differs between backends, in one place."""
+
+    name: str
+    cmake_args: tuple[str, ...]
+    platforms: tuple[str, ...]
+    """`sys.platform` values on which this backend builds and runs."""
+    device: str
+    """The backend name test programs know it by (`-b` of test-backend-ops)."""
+    programs: tuple[str, ...] | None = None
+    """The test programs that can run on this backend; None: every one."""
+    target_sets: tuple[str, ...] = TARGET_SETS
+    harness: tuple[Path, ...] = ()
+    """Sources of ours compiled into the test programs (a change in them invalidates evidence)."""
+    selftest: str | None = None
+    """A program of ours that checks the harness against the tree (`--tree DIR`), run by `patchset test`."""
+    trace_env: str | None = None
+    """Environment variable naming the file a test program writes its dispatch trace to."""
+    note: str = ""
+    """What a result on this backend is and is not, for reports and evidence."""
+
+
+REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal host C++ (the op encoders of "
+               "ggml-metal-ops.cpp, ggml-metal-device.cpp, ggml-metal-common.cpp, ggml-metal.cpp) compiled unchanged "
+               "on this machine with patchset's replacement of the Objective-C device and context and CPU models of "
+               "the kernels it dispatches; shaders, the GPU's scheduling and memory model and the Objective-C code "
+               "are not exercised (docs/backends.md)")
+
+METAL_LINUX_NOTE = ("the tree's own Metal host code (every ggml/src/ggml-metal/*.m and *.cpp, compiled unchanged with "
+                    "clang for the GNUstep runtime) run on patchset's Metal stand-in on this machine, not on Apple "
+                    "hardware: buffers are host memory and each compute dispatch runs a CPU model of its kernel; the "
+                    "shaders, the GPU's scheduling and memory model and its timing are not exercised "
+                    "(docs/backends.md)")
+
+
+def _harness(*dirs: Path) -> tuple[Path, ...]:
+    return tuple(sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if p.is_file()))
+
+
+PROFILES: dict[str, BackendProfile] = {
+    "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
+    "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
+    "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0"),
+    "metal-replay": BackendProfile(
+        "metal-replay", ("-DPATCHSET_METAL_REPLAY=ON",), ("linux", "darwin"), "MTL0-REPLAY",
+        programs=("test-backend-ops",), target_sets=("minimal",),
+        harness=tuple(sorted(p for p in REPLAY_DIR.iterdir() if p.is_file())) if REPLAY_DIR.is_dir() else (),
+        selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
+    "metal-linux": BackendProfile(
+        "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
+        programs=("test-backend-ops",), target_sets=("minimal",),
+        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE),
+}
+
+def harness_digest(backend: str) -> str:
+    """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""
+    h = hashlib.sha256()
+    for p in profile(backend).harness:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest() if profile(backend).harness else ""
+
+
+def profile(name: str) -> BackendProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise InputError(f"unknown backend '{name}' (known: {', '.join(PROFILES)})") from None
+
+

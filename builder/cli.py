@@ -175,32 +175,42 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     setup_logging(args.debug)
-    try:
-        proc.check_timeout_variables()
-        if getattr(args, REFUSED_DEST, None):
-            raise InputError(getattr(args, REFUSED_DEST))
-        if args.series and args.command not in SECOND_SERIES_VERBS:
-            raise InputError(f"patchset {args.command} does not take --series (it works on the main series, "
-                             f"patches/); the commands that address a second series: {', '.join(SECOND_SERIES_VERBS)}")
-        project = (load_project(root=args.project, pin_file=args.pin, series=args.series)
-                   if args.needs_project else None)
-        with jsonout.console_aside(args):
-            return exit_code(args.handler(args, project))
-    except PatchsetError as e:
-        if args.debug:
-            err_console.print_exception()
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return e.exit_code
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
-    except Exception as e:
-        # a bug: still one line (and the traceback with --debug), never a raw traceback
-        if args.debug:
-            err_console.print_exception()
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
-                          "(a bug in patchset; run with --debug for the traceback)", highlight=False, soft_wrap=True)
-        return EXIT_INTERNAL
+    error: BaseException | None = None
+    with jsonout.console_aside(args):
+        try:
+            code = _run(args)
+        except PatchsetError as e:
+            if args.debug:
+                err_console.print_exception()
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+            code, error = e.exit_code, e
+        except KeyboardInterrupt as e:
+            err_console.print("interrupted")
+            code, error = 130, e
+        except Exception as e:
+            # a bug: still one line (and the traceback with --debug), never a raw traceback
+            if args.debug:
+                err_console.print_exception()
+            err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
+                              "(a bug in patchset; run with --debug for the traceback)", highlight=False,
+                              soft_wrap=True)
+            code, error = EXIT_INTERNAL, RuntimeError(f"internal error: {type(e).__name__}: {e}")
+        # with --json: the command's document (or the error's) on every exit, with the exit status
+        jsonout.finish(args, code, error)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command `args` names, its exit code; raises what the command raises."""
+    proc.check_timeout_variables()
+    if getattr(args, REFUSED_DEST, None):
+        raise InputError(getattr(args, REFUSED_DEST))
+    if args.series and args.command not in SECOND_SERIES_VERBS:
+        raise InputError(f"patchset {args.command} does not take --series (it works on the main series, "
+                         f"patches/); the commands that address a second series: {', '.join(SECOND_SERIES_VERBS)}")
+    project = (load_project(root=args.project, pin_file=args.pin, series=args.series)
+               if args.needs_project else None)
+    return exit_code(args.handler(args, project))
 
 
 def exit_code(result: Outcome) -> int:

@@ -544,3 +544,18 @@ def compiled_sources(compiled: list[Path]) -> set[str]:
         else:
             names.add(source.name)
     return names
+
+
+# -- the JSON documents of `--json` ----------------------------------------------------------------
+def json_document(text: str) -> dict:
+    """The one document `text` holds (a command's stdout with --json, or the file --json FILE wrote),
+    checked against the schema every document validates against (`patchset help --json-schema`)."""
+    import json  # noqa: PLC0415 (only the JSON tests need them)
+
+    import jsonschema  # noqa: PLC0415
+
+    from builder.commands import jsonout  # noqa: PLC0415
+
+    doc = json.loads(text)
+    jsonschema.Draft202012Validator(json.loads(jsonout.schema_text())).validate(doc)
+    return doc

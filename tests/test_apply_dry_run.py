@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from helpers import (
     STANDARD_PATCHES,
     Proj,
     commit,
+    json_document,
     make_project,
     make_upstream,
     pin_toml,
@@ -22,6 +22,7 @@ from helpers import (
 from test_rebase_dry_run import PATCH4_MSG, PATCH4_NAME, PATCH4_TEST_X_C, _advance_four, _state
 
 from builder.cli import main
+from builder.commands import jsonout
 from builder.series.apply import apply, dry_run_apply
 from builder.series.dryrun import CLEAN, CONFLICT, DEPENDS, THREE_WAY, UPSTREAM
 from builder.series.rebase import dry_run_rebase
@@ -89,7 +90,9 @@ def test_a_foreign_series_gets_the_whole_table(proj: Proj, capsys: pytest.Captur
     # the command: exit 3 (some patch would not apply), the same table as JSON, still nothing written
     capsys.readouterr()
     assert main(["--project", str(proj.root), "apply", "--dry-run", "--json"]) == 3
-    assert json.loads(capsys.readouterr().out) == {"format": "patchset-apply/1", **report.as_json()}
+    doc = json_document(capsys.readouterr().out)
+    assert (doc["ok"], doc["exit"], doc["problems"]) == (False, 3, [])
+    assert doc == jsonout.document("apply", report.as_json(), code=3)
     assert main(["--project", str(proj.root), "apply", "--dry-run"]) == 3
     out = capsys.readouterr().out
     assert "2 of 5 patch(es) would not apply" in out and f"needs {names[1]}" in out.replace("\n", "")

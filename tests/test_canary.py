@@ -3,7 +3,6 @@ bisection, checked against a linear scan; and renames followed (canary, rebase -
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from helpers import (
     Proj,
     commit,
     git,
+    json_document,
     make_project,
     make_upstream,
     pin_toml,
@@ -26,6 +26,7 @@ from helpers import (
 )
 
 from builder.cli import main
+from builder.commands import jsonout
 from builder.series.canary import FOLLOWED, KIND_CONFLICT, KIND_DEPENDS, KIND_RENAME, KIND_UPSTREAM, canary
 
 PATCH4_TEST_X_C = PATCH3_TEST_X_C.replace("assert(b_len(NULL) == 0);", 'assert(b_len(NULL) == 0 && "empty");')
@@ -102,8 +103,8 @@ def test_canary_finds_each_patch_s_first_breaking_commit_as_a_linear_scan_does(
     capsys.readouterr()
     md = proj.root / "canary.md"
     assert main(["--project", str(proj.root), "canary", "--json", "--markdown", str(md)]) == 3
-    data = json.loads(capsys.readouterr().out)
-    assert data == {"format": "patchset-canary/1", **report.as_json()}
+    data = json_document(capsys.readouterr().out)
+    assert data == jsonout.document("canary", report.as_json(), code=3)
     assert [p["tries"] for p in data["patches"]] == [p.tries for p in report.patches]
     assert f"`{ids[FIXED - 1][:12]}`" in md.read_text()
 
@@ -158,7 +159,7 @@ def test_canary_maps_a_second_series_over_its_own_upstream(proj: Proj, tmp_path:
     before = proj.snapshot()
     capsys.readouterr()
     assert main(["--project", str(proj.root), "--series", "side", "canary", "--json"]) == 3
-    report = json.loads(capsys.readouterr().out)
+    report = json_document(capsys.readouterr().out)
     assert report["old"] == pinned and report["new"] == ids[-1] and report["commits"] == len(ids)
     row, = report["patches"]
     assert row["patch"] == name and row["class"] == KIND_CONFLICT
@@ -182,7 +183,7 @@ def test_rebase_moves_a_second_series_and_leaves_the_main_one(proj: Proj, tmp_pa
     assert main([*cli, "apply"]) == 0
     capsys.readouterr()
     assert main([*cli, "rebase", "--dry-run", "--json", "--onto", ids[SIDE_BREAKS - 1]]) == 3
-    row, = json.loads(capsys.readouterr().out)["patches"]
+    row, = json_document(capsys.readouterr().out)["patches"]
     assert row["patch"] == name and row["outcome"] == KIND_CONFLICT
     good = ids[SIDE_BREAKS - 2]
     assert main([*cli, "rebase", "--onto", good]) == 0

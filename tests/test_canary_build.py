@@ -4,12 +4,11 @@ that predicate."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream
+from helpers import Proj, Upstream, json_document
 
 from builder.cli import main
 from builder.prove.canary_check import checker
@@ -60,7 +59,7 @@ def test_canary_build_and_test_find_the_first_commit_that_breaks_each_patch_beyo
     capsys.readouterr()
     assert main(["--project", str(mini.root), "canary", "--range", f"..{ids[-1]}", "--test", "-j", "2",
                  "--json"]) == 3
-    data = json.loads(capsys.readouterr().out)
+    data = json_document(capsys.readouterr().out)
     got = [(p["patch"], p["broken_at"]["commit"], p["class"]) for p in data["patches"]]
     assert got == [(NAMES[0], ids[BUILD_BREAK - 1], KIND_BUILD), (NAMES[1], ids[TEST_BREAK - 1], KIND_TEST)]
     assert "test-mul" in data["patches"][1]["why"]

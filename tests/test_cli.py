@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-from helpers import STANDARD_NAMES, Proj, run_patchset
+from helpers import STANDARD_NAMES, Proj, json_document, run_patchset
 
 from builder.cli import main
 
@@ -51,7 +50,7 @@ def test_status_json_lists_patches(proj: Proj) -> None:
     r = _patchset("--project", str(proj.root), "status", "--json")
 
     assert r.returncode == 0, r.stderr
-    data = json.loads(r.stdout)
+    data = json_document(r.stdout)
     assert data["verified"] is True
     assert data["pin"]["commit"] == proj.upstream.commit
     assert data["pin"]["tree"] == proj.upstream.tree
@@ -70,7 +69,7 @@ def test_status_json_lists_patches(proj: Proj) -> None:
 
 def test_status_before_apply_and_with_extra_commit(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--project", str(proj.root), "status", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json_document(capsys.readouterr().out)
     assert data["verified"] is False
     assert [p["applied"] for p in data["patches"]] == [False, False, False]
 
@@ -78,7 +77,7 @@ def test_status_before_apply_and_with_extra_commit(proj: Proj, capsys: pytest.Ca
     proj.wgit("commit", "--quiet", "--allow-empty", "-m", "extra")
     capsys.readouterr()
     assert main(["--project", str(proj.root), "status", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json_document(capsys.readouterr().out)
     assert data["extra_commits"] == 1
     assert data["verified"] is True
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import commit, git, make_upstream, pin_toml, write_patches
+from helpers import commit, git, json_document, make_upstream, pin_toml, write_patches
 
 from builder.cli import main
 
@@ -126,7 +126,7 @@ def test_reports_say_which_tree_was_tested(mini: Mini, tmp_path: Path) -> None:
     js, xml = tmp_path / "r.json", tmp_path / "r.xml"
     assert mini.cli("test", "--json", str(js), "--junit", str(xml)) == 0
     tree = git(mini.work, "rev-parse", "patched^{tree}")
-    data = json.loads(js.read_text())
+    data = json_document(js.read_text())
     assert data["source"] == {"commit": git(mini.work, "rev-parse", "patched"), "tree": tree}
     assert [p["program"] for p in data["programs"]] == ["test-opt", "test-backend-ops", "test-sub", "test-add"]
     suites = ET.parse(xml).getroot()
@@ -215,7 +215,7 @@ def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, cap
     js = tmp_path / "all.json"
     mini.cli("all", "-j", "2", "--json", str(js))
     out = capsys.readouterr().out
-    data = json.loads(js.read_text())
+    data = json_document(js.read_text())
     assert data["schema"] == "patchset-all/1" and data["backend"] == "cpu"
     names = [p["name"] for p in data["phases"]]
     assert names == ["fetch", "apply", "build", "test", "verify", "verify"], names
@@ -231,7 +231,7 @@ def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, cap
     # again with nothing changed: everything reused, the tests' passing results included, and said so
     mini.cli("all", "-j", "2", "--json", str(js))
     out = capsys.readouterr().out
-    data = json.loads(js.read_text())
+    data = json_document(js.read_text())
     reused = {p["name"] + (p["patch"] or ""): p["reused"] for p in data["phases"]}
     assert reused == {"fetch": True, "apply": True, "build": True, "test": True,
                       "verify0001-calc-sub-subtracts.patch": True, "verify0002-calc-document-the-header.patch": True}
@@ -241,7 +241,7 @@ def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, cap
     # --junit needs a run of the tests: they run again
     mini.cli("all", "-j", "2", "--json", str(js), "--junit", str(tmp_path / "j.xml"))
     capsys.readouterr()
-    assert [p["reused"] for p in json.loads(js.read_text())["phases"] if p["name"] == "test"] == [False]
+    assert [p["reused"] for p in json_document(js.read_text())["phases"] if p["name"] == "test"] == [False]
 
 
 def test_all_lists_each_evidence_file_once(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
@@ -311,7 +311,7 @@ def _json_of(mini: Mini, capsys: pytest.CaptureFixture[str], *args: str) -> tupl
     code = mini.cli(*args)
     out, err = capsys.readouterr()
     try:
-        return code, json.loads(out)
+        return code, json_document(out)
     except json.JSONDecodeError as e:
         raise AssertionError(f"patchset {' '.join(args)}: stdout is not one JSON document ({e}):\n{out}\n"
                              f"stderr:\n{err}") from None
@@ -354,7 +354,7 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
         seen[name] = (code, doc)
     from builder.commands.jsonout import FORMATS  # noqa: PLC0415
     assert {name: doc["format"] for name, (_, doc) in seen.items()} == {
-        name: f"patchset-{name}/{version}" for name, (version, _, _) in FORMATS.items()}
+        name: f"patchset-{name}/{version}" for name, (version, _, _) in FORMATS.items() if name != "error"}
     assert [p["name"] for p in seen["status"][1]["patches"]] == mini_series(mini)
     assert {v["outcome"] for v in seen["verify"][1]["verdicts"]} == {"proven", "not proven"}
     assert seen["verify"][0] == 4 and seen["all"][0] == 4

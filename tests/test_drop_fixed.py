@@ -7,13 +7,12 @@ On the small calc tree of test_bump (two patches, each with its own test program
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, git
+from helpers import Proj, Upstream, git, json_document
 
 from builder.cli import main
 from builder.errors import SeriesError
@@ -107,7 +106,7 @@ def test_drop_fixed_drops_records_and_a_second_drop_appends(
 
     # status shows the record, --json too
     assert main(["--project", str(mini.root), "status", "--json"]) == 0
-    assert [d["patch"] for d in json.loads(capsys.readouterr().out)["dropped"]] == [NAMES[0]]
+    assert [d["patch"] for d in json_document(capsys.readouterr().out)["dropped"]] == [NAMES[0]]
 
     # a second drop: upstream fixes mul its own way (add multiplies: mul's test passes without the fix)
     pin2, patches2 = mini.project.pin_file.read_bytes(), mini.snapshot()

@@ -7,11 +7,10 @@ The synthetic projects of tests/test_verify_python.py (a title `fix: ...`) and t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from helpers import Proj
+from helpers import Proj, json_document
 from test_second_series import two  # noqa: F401 (a fixture)
 from test_verify_python import BEHAVIOUR_TEST, _two
 
@@ -24,7 +23,7 @@ def _export(p: Proj, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[in
     capsys.readouterr()
     rc = main(["--project", str(p.root), "--series", "bindings", "export", "--json", *args])
     out, err = capsys.readouterr()
-    return rc, json.loads(out) if out.strip() else {}, err
+    return rc, json_document(out) if out.strip() else {}, err
 
 
 def test_a_bindings_package_follows_llama_cpp_python_and_names_the_llama_cpp_change_it_needs(

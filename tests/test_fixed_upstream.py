@@ -19,6 +19,7 @@ from helpers import (
     UPSTREAM_FILES,
     Proj,
     Upstream,
+    json_document,
     make_project,
     make_sdist,
     make_upstream,
@@ -153,7 +154,7 @@ def test_each_patch_gets_the_verdict_of_its_own_test(moved: tuple[Path, Path, di
 
     captured = capsys.readouterr()
     assert captured.out, captured.err
-    data = json.loads(captured.out)
+    data = json_document(captured.out)
     rows = {r["patch"].split("-", 1)[1].removesuffix(".patch"): r for r in data["patches"]}
     got = {k: (r["outcome"], r["fixed_upstream"]["verdict"], r["fixed_upstream"]["still_failing"],
                r["fixed_upstream"]["now_passing"]) for k, r in rows.items()}

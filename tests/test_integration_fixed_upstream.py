@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from helpers import UPSTREAM_FIXES, pin_toml, real_pin_moved_on
+from helpers import UPSTREAM_FIXES, json_document, pin_toml, real_pin_moved_on
 
 from builder.cli import main
 from builder.orchestrate.bump_plan import upstream_fixed
@@ -98,7 +98,7 @@ def dry_run(project: Path, onto: Path, capsys: pytest.CaptureFixture[str], *extr
                *extra])
     captured = capsys.readouterr()
     assert captured.out, captured.err
-    rows = {r["patch"][:4]: r for r in json.loads(captured.out)["patches"]}
+    rows = {r["patch"][:4]: r for r in json_document(captured.out)["patches"]}
     assert got_rc == rc  # 3: patch 5's diff no longer applies, upstream changed its lines
     return rows
 

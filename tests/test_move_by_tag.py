@@ -4,11 +4,10 @@ local bare repository: no network)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, git
+from helpers import Proj, Upstream, git, json_document
 
 from builder.cli import main
 from builder.series.apply import apply
@@ -33,7 +32,7 @@ def test_rebase_onto_a_tag_records_it_in_the_pin(proj: Proj, capsys: pytest.Capt
     proj.upstream.advance({"README": "tiny upstream, after b2\n"}, "after b2\n")
 
     assert ps(proj, "rebase", "--onto", "b2", "--dry-run", "--json") == 0
-    assert json.loads(capsys.readouterr().out)["new"] == new
+    assert json_document(capsys.readouterr().out)["new"] == new
     assert ps(proj, "rebase", "--onto", "b2") == 0
     assert f"onto {new[:12]} (b2)" in capsys.readouterr().out
     pin = load_pin(proj.project.pin_file)
@@ -75,10 +74,10 @@ def test_canary_takes_a_range_of_tags(proj: Proj, capsys: pytest.CaptureFixture[
     tag(up, "b3", ids[1])
     tag(up, "b5", ids[3])
     assert ps(proj, "canary", "--range", "b3..b5", "--json") == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json_document(capsys.readouterr().out)
     assert (data["old"], data["new"], data["commits"]) == (ids[1], ids[3], 2)
     assert ps(proj, "canary", "--range", "b1..b3", "--json") == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json_document(capsys.readouterr().out)
     assert (data["old"], data["new"], data["commits"]) == (up.commit, ids[1], 2)
 
 

@@ -3,13 +3,12 @@ cost and the critical path, printed before anything is built; `--plan --json` is
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import test_workflows as tw
-from helpers import copy_real_project, run_patchset
+from helpers import copy_real_project, json_document, run_patchset
 from test_verify import project_dir  # noqa: F401 (the fixture)
 
 from builder.project import Project, load_project
@@ -24,7 +23,7 @@ def test_the_plan_names_each_tree_and_builds_nothing(project_dir: Path, tmp_path
     r = run_patchset("--project", str(root), "verify", "--backend", "cpu", "--plan", "--json",
                      env={"PATCHSET_CACHE": str(cache)})
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = json_document(r.stdout)
     assert doc["format"] == "patchset-plan/1"
     chains = {c["patch"].split("-")[0]: c for c in doc["chains"]}
     nodes = {n["id"]: n for n in doc["nodes"]}

@@ -15,12 +15,14 @@ from helpers import (
     STANDARD_PATCHES,
     TEST_X_C,
     Proj,
+    json_document,
     make_project,
     make_upstream,
     run_patchset,
 )
 
 from builder.cli import main
+from builder.commands import jsonout
 from builder.errors import ConflictError
 from builder.series.apply import apply
 from builder.series.dryrun import CLEAN, CONFLICT, DEPENDS, THREE_WAY, UPSTREAM
@@ -93,8 +95,8 @@ def test_dry_run_reports_every_patch_and_changes_nothing(four: Proj, capsys: pyt
     # the command: the same table as JSON, exit 3 because some patch conflicts, still nothing moved
     capsys.readouterr()
     assert main(["--project", str(four.root), "rebase", "--onto", new, "--dry-run", "--json"]) == 3
-    data = json.loads(capsys.readouterr().out)
-    assert data == {"format": "patchset-rebase/1", **report.as_json()}
+    data = json_document(capsys.readouterr().out)
+    assert data == jsonout.document("rebase", report.as_json(), code=3)
     assert _state(four) == before
 
 

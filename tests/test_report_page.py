@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers import json_document
 
 from builder.cli import main
 from builder.commands import jsonout
@@ -107,7 +108,7 @@ def test_the_page_of_the_real_series_says_what_its_committed_records_say(tmp_pat
     assert committed, "no committed verify records under docs/evidence/"
     monkeypatch.setenv("PATCHSET_STATE", str(state))
     assert main(["--project", str(ROOT), "verify", "--report", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json_document(capsys.readouterr().out)
     words = {(p["patch"], b): w for p in report["patches"] for b, w in p["outcomes"].items()}
     assert set(words) == set(committed)
 
@@ -205,7 +206,7 @@ def _canary(tmp_path: Path) -> Path:
 def test_the_canary_map_is_the_canary_report(tmp_path: Path) -> None:
     path = _canary(tmp_path)
     report = report_page.load_canary(path)
-    assert report.as_json() == {k: v for k, v in json.loads(path.read_text()).items() if k != "format"}
+    assert json.loads(path.read_text()) == jsonout.document("canary", report.as_json())
     page = Page(report_page.render(_real_page(canary=report, canary_file=path.name)))
     text = page.all_text
     assert report.where() in text and "Newest commit where the whole series applies and builds" in text

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from helpers import STANDARD_NAMES, Proj
+from helpers import STANDARD_NAMES, Proj, json_document
 
 from builder.cli import main
 from builder.errors import SeriesError
@@ -252,7 +251,7 @@ def test_upstream_trailer_each_value_and_status_shows_it(proj: Proj, capsys: pyt
     assert deprecations(series) == []
 
     assert main(["--project", str(proj.root), "status", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["patches"]
+    rows = json_document(capsys.readouterr().out)["patches"]
     assert [(r["upstream"], r["upstream_ref"]) for r in rows] == [v for _, v in values.values()]
     assert main(["--project", str(proj.root), "status"]) == 0
     out = capsys.readouterr().out
@@ -315,7 +314,7 @@ def test_fork_only_needs_a_reason_and_status_shows_it(proj: Proj, capsys: pytest
     assert not series.patches[0].meta.fork_only
 
     assert main(["--project", str(proj.root), "status", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["patches"]
+    rows = json_document(capsys.readouterr().out)["patches"]
     assert (rows[2]["upstream"], rows[2]["upstream_ref"]) == ("fork-only", "upstream asserts instead")
     assert main(["--project", str(proj.root), "status"]) == 0
     assert "fork-only upstream asserts instead" in capsys.readouterr().out.replace("\n", "")

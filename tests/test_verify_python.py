@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import Proj
+from helpers import Proj, json_document
 from test_second_series import B1_MSG, _add_bindings_series
 from test_wheel import PYPROJECT, STATUS_H, STATUS_MSG, _project
 
@@ -116,7 +116,7 @@ def _verify(p: Proj, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str
     capsys.readouterr()
     rc = main(["--project", str(p.root), "--series", "bindings", "verify", "--backend", "cpu", "--json"])
     out, err = capsys.readouterr()
-    return rc, json.loads(out) if out.strip() else {}, err
+    return rc, json_document(out) if out.strip() else {}, err
 
 
 def _evidence(p: Proj) -> dict:

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     )
     result = bump(project, opts, CliProgress())
     jsonout.emit(args, "bump", {
-        **jsonout.plain(result), "ok": result.ok,
+        **jsonout.plain(result), "patches": [{"patch": name} for name in result.patches],
         "sweep": sweep_dict(result.sweep) if result.sweep is not None else None,
         "verify": verify_json(result.verify) if result.verify is not None else None})
     if result.recovered:

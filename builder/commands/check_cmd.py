@@ -39,8 +39,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.strict:
         # an added test case that passes without the fix too, as the committed evidence saw it
         findings += evidence_facts.guard_findings(series, project.root / "docs" / "evidence")
-    jsonout.emit(args, "check", {"strict": args.strict, "patches": len(series.patches), "ok": not findings,
-                                 "problems": [str(f) for f in findings],
+    jsonout.emit(args, "check", {"strict": args.strict, "patches": [{"patch": p.name} for p in series.patches],
+                                 "problems": findings,
                                  "deprecated": [str(d) for d in deprecations(series)]})
     for f in findings:
         console.print(str(f), highlight=False, markup=False)

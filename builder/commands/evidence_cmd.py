@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         _say(f"{len(result.written)} evidence file(s) written; docs/evidence/{committed.MANIFEST} records them")
         return Outcome.OK
     problems = committed.check(series, project.root)
-    jsonout.emit(args, "evidence", {"action": "check", "ok": not problems, "problems": [str(p) for p in problems]})
+    jsonout.emit(args, "evidence", {"action": "check", "problems": problems})
     for p in problems:
         _say(str(p))
     if problems:

@@ -94,5 +94,5 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     else:
         result = export(project, opts)
     print_result(result, args.full)
-    jsonout.emit(args, "export", {**jsonout.plain(result), "ok": result.ok})
+    jsonout.emit(args, "export", jsonout.plain(result))
     return Outcome.OK if result.ok else Outcome.FAILED

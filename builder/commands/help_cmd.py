@@ -9,7 +9,7 @@ from builder.errors import InputError, Outcome
 
 NAME = "help"
 HELP = ("print the help of patchset, or of one command; --markdown: the README's table of commands; "
-        "--json-formats: docs/json.md's table of the JSON documents")
+        "--json-formats: docs/json.md's table of the JSON documents; --json-schema: their JSON Schema")
 EXAMPLE = """example:
   patchset help mark"""
 NEEDS_PROJECT = False
@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json-formats", action="store_true",
                    help="print the table of the JSON documents the commands print with --json, as "
                         "docs/json.md holds it")
+    p.add_argument("--json-schema", action="store_true",
+                   help="print the JSON Schema (draft 2020-12) that every document printed with --json validates "
+                        "against: the envelope and each format's fields")
 
 
 def _subparsers(p: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
@@ -62,6 +65,9 @@ def run(args: argparse.Namespace, project: object) -> Outcome:
         return Outcome.OK
     if args.json_formats:
         print(jsonout.markdown(), end="")
+        return Outcome.OK
+    if args.json_schema:
+        print(jsonout.schema_text(), end="")
         return Outcome.OK
     if not args.topic:
         root.print_help()

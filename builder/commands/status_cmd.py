@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     st = status(project)
     if args.json:
-        jsonout.emit(args, "status", jsonout.plain(st))
+        body = jsonout.plain(st)
+        jsonout.emit(args, "status", {**body, "patches": [{"patch": p["name"], **p} for p in body["patches"]]})
         return Outcome.OK
     pin = st.pin
     console.print(f"pin: {pin.name} {pin.tag or ''} {pin.commit} tree {pin.tree}", highlight=False)

@@ -83,9 +83,11 @@ _SCRUB = (
 # The modules that take minutes, longest first. Under pytest-xdist (pyproject's addopts: a module to a worker
 # at a time, in collection order) each starts at once on a worker of its own, not last on a worker that
 # has finished everything else. The modules that build trees the build module builds too come last, when
-# the shared compiler cache has them. The rest keep their order.
+# the shared compiler cache has them. The rest keep their order. The whole series' verify on the CPU is a
+# module of its own: in the build module it made that module the whole suite's time (a CI rehearsal: 880 s
+# of 873 s wall in one worker, 549 s of it that one test).
 _CPU_START = pytest.StashKey[float]()
-LONGEST_FIRST = ("test_integration_build.py", "test_integration_wheel.py")
+LONGEST_FIRST = ("test_integration_verify_cpu.py", "test_integration_build.py", "test_integration_wheel.py")
 AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstream.py")
 
 
@@ -280,8 +282,9 @@ def real_project(real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory)
     ccache keys a compile by its command line and preprocessed source, which name the source file
     by its absolute path (relative to the build folder under CCACHE_BASEDIR): in one copy the replay
     builds (test_integration_replay.py) take ggml, test-backend-ops and test-opt from the CPU builds of
-    the same trees (test_integration_build.py), and verify's after tree is the patched tree already
-    applied. Each module still runs alone: the first test that needs a build or a verify makes it.
+    the same trees (test_integration_build.py, test_integration_verify_cpu.py), and verify's after tree is
+    the patched tree already applied. Each module still runs alone: the first test that needs a build or a
+    verify makes it.
     """
     return copy_real_project(tmp_path_factory.mktemp("real-project"), real_pin_cache)
 

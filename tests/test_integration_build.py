@@ -1,5 +1,7 @@
-"""The real pin end to end: apply the real series, build the CPU minimal target set, run the tests,
-and verify every patch on the CPU. Slow (a cold ggml build on 2 cores): marked integration."""
+"""The real pin end to end: apply the real series, build the CPU minimal target set, run the tests, sweep
+against the pin and verify patch 3 (its confirmation and its hunks); the whole series' verify on the CPU is
+tests/test_integration_verify_cpu.py, run beside this module. Slow (a cold ggml build on 2 cores): marked
+integration."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from helpers import compiled_sources
 
 from builder.compile.cmakebuild import BuildResult
-from builder.compile.testrun import FAILED, PASSED, series_ops
+from builder.compile.testrun import PASSED, series_ops
 from builder.compile.toolchain import find_tool
 from builder.gitrepo import GitRepo
 from builder.project import Project
@@ -91,43 +93,6 @@ def test_series_tests_pass_on_the_cpu(project: Project, built) -> None:
     assert not report.failed
 
 
-def test_verify_on_the_cpu(project: Project, built) -> None:
-    report = verify(project, backends=["cpu"])
-    outcomes = {v.patch: v for v in report.verdicts}
-    names = sorted(outcomes)
-    assert len(names) == 6
-    nil_lookup, eval_status, opt_free, grad_inplace, acc_set, nil_fails_graph = names
-    assert outcomes[eval_status].outcome == PROVEN, outcomes[eval_status].reason
-    assert outcomes[opt_free].outcome == PROVEN, outcomes[opt_free].reason
-    # a fix to the test program itself: the tree before it aborts in grad mode
-    assert outcomes[grad_inplace].outcome == PROVEN, outcomes[grad_inplace].reason
-    # metal-linux is here only where its toolchain is built in this cache (the metal-linux module may have linked it)
-    for metal_patch in (nil_lookup, acc_set, nil_fails_graph):
-        assert outcomes[metal_patch].outcome in ("needs metal", "needs metal metal-linux"), outcomes[metal_patch]
-    assert report.ok and not report.regressed
-    # patch 5's (the Metal ACC/SET fix) tests run on the CPU with the fix, and pass there
-    data = json.loads(outcomes[acc_set].evidence_json.read_text())
-    assert [s["tree"] for s in data["steps"]] == ["after"]
-    assert data["steps"][0]["verdict"] == "passes"
-    # its after tree is patch 6's parent, built in verify's own folder (the work tree is patch 6's)
-    assert data["steps"][0]["build_command"].startswith(f"cmake --build {project.build_root / 'verify-cpu-minimal'}")
-    # patch 3's proof includes its three mutations, each seen failing; its cases use the public API only,
-    # so the tree before the fix builds and its test fails
-    data = json.loads(outcomes[opt_free].evidence_json.read_text())
-    # (and the parent tree, pin + patches 1-2 without its test part, tells which cases it adds or changes)
-    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation", "parent"]
-    assert [s["label"] for s in data["steps"][2:5]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
-    assert data["steps"][0]["verdict"] == "fails"
-    assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
-    # patch 2's tree before the fix builds and fails by behaviour; its mutations (iter and opt_i advanced, the
-    # failed step recorded, the partial gradients kept) are seen failing too
-    data = json.loads(outcomes[eval_status].evidence_json.read_text())
-    assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation", "parent"]
-    assert data["steps"][0]["verdict"] == "fails"
-    assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
-    assert FAILED not in {s["verdict"] for s in data["steps"]}
-
-
 def test_patch_3s_proof_cases_are_the_same_in_ten_runs(project: Project, built) -> None:
     """Issue 43 point 3: no case of patch 3's tests rests on freed memory, so its before tree fails the same
     cases in each of ten runs (confirmed by verify's own runs: a case that flips is `flaky`, never proof)."""
@@ -165,7 +130,8 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
 
 def test_verify_hunks_of_patch_3(project: Project, built) -> None:
     """Every hunk of patch 3, the CPU fix whose units are all in ggml, is caught, not built or exempt (runs
-    after the plain verify, whose build folder it reuses: each reverted tree recompiles one file's units).
+    after the ten-run verify of patch 3, whose build folder it reuses: each reverted tree recompiles one file's
+    units).
 
     Patch 2 is left to the synthetic trees of test_verify_hunks.py: its hunks go through the same steps
     (a header's pre-check, a source's build, a program killed at the reverted trees' time limit, a range

@@ -46,8 +46,9 @@ def acc_set_patch(patches_dir: Path) -> Patch:
 
 @pytest.fixture(scope="module")
 def project(real_project: Project) -> Project:
-    """The session's copy of the real project (conftest.py): after test_integration_build.py, ggml-cpu and the
-    test programs of the patched tree and of the pin come from the compiler cache."""
+    """The session's copy of the real project (conftest.py): after test_integration_build.py (and
+    test_integration_verify_cpu.py), ggml-cpu and the test programs of the patched tree and of the pin come
+    from the compiler cache."""
     return real_project
 
 

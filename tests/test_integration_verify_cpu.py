@@ -17,8 +17,9 @@ from test_integration_build import built, project
 
 from builder.compile.testrun import FAILED
 from builder.project import Project
-from builder.prove.verify import PROVEN, verify
+from builder.prove.verify import verify
 from builder.series.load import load_series
+from builder.words import PROVEN
 
 pytestmark = pytest.mark.integration
 __all__ = ["built", "project"]

@@ -279,15 +279,18 @@ class Runner:
         dist = state / f"dist-{o.backend}"
         shutil.rmtree(dist, ignore_errors=True)
         sdist = o.carry / carry.BINDINGS_SDIST
-        sha = (o.carry / "wheel" / "bindings.sha256").read_text(encoding="utf-8").strip()
+        sha = (o.carry / carry.BINDINGS_SHA256).read_text(encoding="utf-8").strip()
         if not self.ok("wheel", self.ps("wheel", "--backend", o.backend, *self.arch(), "--sdist", sdist,
                                         "--sdist-sha256", sha, "--out", dist)):
             return
         wheels = sorted(dist.glob("*.whl"))
         wv = state / "wheel-venv"
         shutil.rmtree(wv, ignore_errors=True)
-        if not wheels or not self.ok("wheel-venv", [sys.executable, "-m", "venv", "--without-pip", str(wv)]):
+        if not wheels:
+            self.note(f"wheel: no wheel in {dist}")
             self.status = 1
+            return
+        if not self.ok("wheel-venv", [sys.executable, "-m", "venv", "--without-pip", str(wv)]):
             return
         if not self.ok("wheel-install", [sys.executable, "-m", "pip", "--python", str(wv / "bin" / "python"),
                                          "install", "--quiet", "--disable-pip-version-check", "--no-index",
@@ -401,7 +404,8 @@ def check_carry(folder: Path, steps: Sequence[Step]) -> None:
                          "the network is, and copy the folder here")
     if not (folder / carry.BUNDLE).is_file():
         raise InputError(f"{folder}: no {carry.BUNDLE}: not a carry folder of `patchset offline prepare`")
-    if any(s.kind == "wheel" for s in steps) and not (folder / carry.BINDINGS_SDIST).is_file():
+    if any(s.kind == "wheel" for s in steps) and not all(
+            (folder / f).is_file() for f in (carry.BINDINGS_SDIST, carry.BINDINGS_SHA256)):
         raise InputError(f"{folder}: no bindings sdist ({carry.BINDINGS_SDIST}) for the wheel step: run "
                          "`patchset offline prepare --wheel`")
 

@@ -6,9 +6,11 @@ proven project whose record and verify.json `patchset evidence update --from` ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,76 @@ def test_a_run_on_a_proven_project_is_taken_by_evidence_update(verified: Project
     assert manifest["cpu/verify.json"]["proves"] == [f"{stem}.patch"]
     assert json.loads((docs / "cpu" / "verify.json").read_text())["patches"][stem]["outcome"] == "proven"
     assert run_patchset("--project", str(here), "evidence", "check", env=env).returncode == 0
+
+
+def test_each_step_runs_the_commands_it_always_ran(proj: Proj, tmp_path: Path) -> None:
+    """The commands of `main` and a sweep on CUDA, after the installs a wrapper recorded; a build that
+    fails skips that step's test and verify, and the next step still runs."""
+    boot = tmp_path / "boot.tsv"
+    boot.write_text("install\t0\t3\tpython -m pip install --no-index -r .cudabuild/requirements.txt\n")
+    r = runner(proj.project, tmp_path, 'case "$1" in build) [ -e "$0.built" ] || { touch "$0.built"; exit 2; } ;; esac',
+               deadline=60)
+    r.options = dataclasses.replace(r.options, backend="cuda", workers=4, verify_patches=("3", "4"), bootstrap=boot)
+    assert r.run(offline.parse_steps(["main", "sweep:a-b:^A,^B", "main"])) == 1
+    out = r.options.out
+    assert [(s.step, s.exit, s.command) for s in r.ledger] == [
+        ("install", 0, "python -m pip install --no-index -r .cudabuild/requirements.txt"),
+        ("fetch", 0, f"patchset fetch --bundle {tmp_path}/carry/llama.cpp.bundle"),
+        ("apply", 0, "patchset apply"),
+        ("build", 2, "patchset build --backend cuda --cuda-arch 90"),
+        ("sweep-a-b", 0, "patchset test --against upstream --backend cuda --mode test --ops '^A,^B' --workers 4 "
+                         f"--cuda-arch 90 --json {out}/sweep-a-b.json"),
+        ("build", 0, "patchset build --backend cuda --cuda-arch 90"),
+        ("test", 0, f"patchset test --backend cuda --json {out}/test.json"),
+        ("verify", 0, "patchset verify --backend cuda --cuda-arch 90 3 4")]
+    assert r.left() <= 57  # the installs counted against the deadline
+    assert json.loads((out / "verify.json").read_text())["patches"] == {"0001-x": {"outcome": "needs cpu"}}
+    # the record's steps read back as evidence update reads them: the files each command wrote
+    from builder.deliver.committed_update import _outputs  # noqa: PLC0415
+    made = _outputs(json.loads(r.write_record("main").read_text()))
+    assert set(made) == {"sweep-a-b.json", "test.json", "verify.json"}
+
+
+def stand_in_bindings(folder: Path) -> Path:
+    """A wheel of a `llama_cpp` that answers what the wheel step asks of the real one."""
+    info = "llama_cpp_python-0.0.1.dist-info"
+    files = {
+        "llama_cpp/__init__.py": '__version__ = "0.0.1"\ndef llama_supports_gpu_offload():\n    return False\n'
+                                 "def llama_backend_init():\n    pass\n"
+                                 'def llama_print_system_info():\n    return b"CPU : stand-in"\n',
+        "llama_cpp/patchset.py": 'import json\nprint(json.dumps({"patchset": "stand-in"}))\n',
+        "llama_cpp/lib/libllama.so": "",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    whl = folder / "llama_cpp_python-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return whl
+
+
+def test_the_wheel_step_installs_the_wheel_with_no_index_and_imports_it_from_an_empty_folder(
+        proj: Proj, tmp_path: Path) -> None:
+    whl = stand_in_bindings(tmp_path)
+    # the stand-in patchset's `wheel` puts the wheel into its --out, as `patchset wheel` does
+    r = runner(proj.project, tmp_path, 'while [ $# -gt 1 ]; do [ "$1" = --out ] && out=$2; shift; done; '
+                                       f'mkdir -p "$out" && cp {whl} "$out/"', deadline=120)
+    (r.options.carry / "wheels").mkdir(parents=True)
+    (r.options.carry / "wheel").mkdir()
+    (r.options.carry / carry.BINDINGS_SDIST).write_bytes(b"sdist")
+    (r.options.carry / carry.BINDINGS_SHA256).write_text("ab" * 32 + "\n")
+    r.wheel_step()
+    assert r.status == 0, (r.out / "log.txt").read_text()
+    assert [(s.step, s.exit) for s in r.ledger] == [("wheel", 0), ("wheel-venv", 0), ("wheel-install", 0),
+                                                    ("wheel-check", 0)]
+    assert r.ledger[0].command == (f"patchset wheel --backend cpu --sdist {r.options.carry}/wheel/bindings.tar.gz "
+                                   f"--sdist-sha256 {'ab' * 32} --out .patchset/dist-cpu")
+    assert json.loads((r.out / "wheel-provenance.json").read_text()) == {"patchset": "stand-in"}
+    check = (r.out / "wheel-check.txt").read_text().splitlines()
+    assert check[0].startswith("== wheel-check: .patchset/wheel-venv/bin/python wheel_check.py (at most ")
+    assert "libraries: ['libllama.so']" in check and "system info: CPU : stand-in" in check
+    assert check[-2].startswith("== wheel-check: exit 0 in ") and check[-1].endswith(f" {whl.name}")
+    from builder.deliver.committed_update import _outputs  # noqa: PLC0415
+    assert set(_outputs(json.loads(r.write_record("wheel").read_text()))) == {"wheel-provenance.json",
+                                                                             "wheel-check.txt"}

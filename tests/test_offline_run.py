@@ -163,7 +163,9 @@ def test_each_step_runs_the_commands_it_always_ran(proj: Proj, tmp_path: Path) -
     boot.write_text("install\t0\t3\tpython -m pip install --no-index -r .cudabuild/requirements.txt\n")
     r = runner(proj.project, tmp_path, 'case "$1" in build) [ -e "$0.built" ] || { touch "$0.built"; exit 2; } ;; esac',
                deadline=60)
-    r.options = dataclasses.replace(r.options, backend="cuda", workers=4, verify_patches=("3", "4"), bootstrap=boot)
+    r = offline.Runner(proj.project, dataclasses.replace(r.options, backend="cuda", workers=4,
+                                                         verify_patches=("3", "4"), bootstrap=boot),
+                       r.invocation, patchset=r.patchset, say=r.say)
     assert r.run(offline.parse_steps(["main", "sweep:a-b:^A,^B", "main"])) == 1
     out = r.options.out
     assert [(s.step, s.exit, s.command) for s in r.ledger] == [
@@ -227,3 +229,12 @@ def test_the_wheel_step_installs_the_wheel_with_no_index_and_imports_it_from_an_
     from builder.deliver.committed_update import _outputs  # noqa: PLC0415
     assert set(_outputs(json.loads(r.write_record("wheel").read_text()))) == {"wheel-provenance.json",
                                                                              "wheel-check.txt"}
+
+
+def test_a_bad_bootstrap_record_is_refused_naming_its_line(proj: Proj, tmp_path: Path) -> None:
+    boot = tmp_path / "boot.tsv"
+    boot.write_text("install\t0\t3\tpython -m pip install x\ninstall-patchset\tzero\t1\tpython -m pip\n")
+    options = offline.Options(backend="cpu", carry=tmp_path, out=tmp_path / "out", bootstrap=boot)
+    with pytest.raises(InputError, match=rf"^{boot}:2: not NAME<TAB>EXIT<TAB>SECONDS<TAB>COMMAND$"):
+        offline.Runner(proj.project, options, "patchset offline run verify")
+    assert not (tmp_path / "out").exists()

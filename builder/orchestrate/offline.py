@@ -166,6 +166,13 @@ class Runner:
         self.log = self.out / "log.txt"
         self.start = self.clock()
         self.env = {"NO_COLOR": "1", "PYTHONUNBUFFERED": "1", **self.env}
+        if self.options.bootstrap is not None:
+            # read before anything runs: a bad record is bad input, refused with nothing written
+            if not self.options.bootstrap.is_file():
+                raise InputError(f"{self.options.bootstrap}: no such file (--bootstrap-record)")
+            before = read_ledger(self.options.bootstrap)
+            self.ledger[:0] = before
+            self.start -= sum(r.seconds for r in before)  # the installs counted against the deadline
 
     # -- the ledger and the log ---------------------------------------------------------------------
     def note(self, text: str) -> None:
@@ -233,13 +240,9 @@ class Runner:
     def run(self, steps: Sequence[Step]) -> int:
         """Import the pin, apply, run `steps`; the run's status (0 every step passed, 1 one did not)."""
         o = self.options
-        if o.bootstrap is not None and o.bootstrap.is_file():
-            before = read_ledger(o.bootstrap)
-            self.ledger.extend(before)
-            self.start -= sum(r.seconds for r in before)  # the install counted against the deadline
-            if any(r.exit != 0 for r in before):
-                self.status = 1
-                return self.status
+        if any(r.exit != 0 for r in self.ledger):  # an install before this run failed
+            self.status = 1
+            return self.status
         if not self.ok("fetch", self.ps("fetch", "--bundle", o.carry / carry.BUNDLE)) or \
                 not self.ok("apply", self.ps("apply")):
             return self.status
@@ -418,8 +421,8 @@ def offline_run(project: Project, options: Options, words: Sequence[str], invoca
     steps = parse_steps(words)
     check_carry(options.carry, steps)
     env = machine_env(options.backend)
-    options.out.mkdir(parents=True, exist_ok=True)
     runner = Runner(project, options, invocation, patchset=patchset, say=say, env=env)
+    options.out.mkdir(parents=True, exist_ok=True)
     try:
         status = runner.run(steps)
     finally:

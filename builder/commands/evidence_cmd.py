@@ -20,11 +20,11 @@ HELP = ("commit the current series' evidence into docs/evidence/ with what made 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True, help="update or check")
-    up = sub.add_parser("update", help="copy verify's evidence of the current patches (and tools/gpu outputs) "
+    up = sub.add_parser("update", help="copy verify's evidence of the current patches (and offline runs' outputs) "
                                        "into docs/evidence/, record each file in its MANIFEST.json, regenerate "
                                        "docs/backends.md and the counts of docs/patches.md")
     up.add_argument("--from", dest="from_dirs", action="append", type=Path, default=[], metavar="DIR",
-                    help="also an output folder of tools/gpu/run.sh (its run-*.json and the files they name; "
+                    help="also an output folder of `patchset offline run` (its run-*.json and the files they name; "
                          "never its log); repeatable. Its verify.json is taken only with the runs that make each "
                          "verdict, made on the pin and patch bytes now; else nothing is written (exit 2)")
     jsonout.add_option(up, "the files written and removed")

@@ -1,4 +1,4 @@
-"""`patchset gc`: temporary folders killed runs left, and verify and backup refs older than a limit, removed."""
+"""`patchset gc`: temporary folders killed runs left, and verify's lane folders and refs older than a limit, removed."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from builder.orchestrate.gc import gc
 from builder.project import Project
 
 NAME = "gc"
-HELP = "remove temporary folders killed runs left, and verify and backup refs older than a limit"
+HELP = "remove temporary folders killed runs left, and verify's lane folders and refs unused for a limit"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=float, default=14.0, metavar="DAYS",
-                   help="remove verify and backup refs older than this many days (default 14; 0: all)")
+                   help="remove verify and backup refs older than this many days, and verify's lane folders "
+                        "unused for as long (default 14; 0: all)")
     p.add_argument("--broken", action="store_true", help="also remove refs whose objects are gone with a lost cache")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     jsonout.add_option(p, "what was removed and what was left alone")

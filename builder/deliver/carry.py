@@ -1,10 +1,10 @@
 """The carry folder for a machine without network: a git bundle of the pin, the wheels patchset needs there, a manifest.
 
 `patchset offline prepare` makes it here, where the pin's sources and the package index can be
-reached; `patchset offline run` (tools/gpu/run.sh) installs patchset from it there and fetches the pin
-from the bundle. The wheels fit CPython 3.11 and 3.12 on Linux x86_64 with glibc 2.28 or newer: every
-dependency but cmake is pure Python or tagged for those platforms, and cmake is not carried (a build
-machine has one; its wheel alone is ~27 MB).
+reached; there, tools/gpu/run.sh installs patchset from it, and `patchset offline run` fetches the pin
+from the bundle (builder/orchestrate/offline.py). The wheels fit CPython 3.11 and 3.12 on Linux x86_64
+with glibc 2.28 or newer: every dependency but cmake is pure Python or tagged for those platforms, and
+cmake is not carried (a build machine has one; its wheel alone is ~27 MB).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ clang-format has manylinux_2_27/_2_28 wheels only (tests/test_gpu_prepare.py che
 BINDINGS_PYTHON = "3.12"
 BINDINGS_PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64")
 BINDINGS_SDIST = "wheel/bindings.tar.gz"
+BINDINGS_SHA256 = "wheel/bindings.sha256"
 """The bindings sdist without its vendor/llama.cpp: `patchset wheel` replaces that folder with the patched
 tree anyway, and the whole sdist (76 MB) is more than a carry may hold on some machines."""
 

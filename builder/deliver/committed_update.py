@@ -4,7 +4,7 @@
 verify's evidence of the patches as they are now (a proof of these bytes, or a verdict on the
 same after tree) from the state folder (`.patchset/evidence/<patch>/<backend>.json`, as
 `<backend>/verify.json`, a run record `<backend>/run-verify.json` and one Markdown page per patch)
-and the outputs of `tools/gpu/run.sh` (`--from DIR`: its `run-*.json` records and the files their
+and the outputs of `patchset offline run` (`--from DIR`: its `run-*.json` records and the files their
 steps wrote; never its log). Every string is made relative to the tree (builder/deliver/clean.py).
 """
 
@@ -44,7 +44,7 @@ from builder.series.workrepo import WorkRepo
 from builder.upstream.fetch import fetch
 from builder.upstream.pin import load_pin
 
-# a tools/gpu step and the files it writes besides those named by `--json`
+# an offline run's step and the files it writes besides those named by `--json`
 _STEP_FILES = {"verify": ("verify.json",), "wheel-check": ("wheel-provenance.json", "wheel-check.txt")}
 
 
@@ -166,7 +166,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
             by_backend.setdefault(backend, {})[stem] = _clean_json(data)  # type: ignore[assignment]
     for backend, found in by_backend.items():
         folder = docs_root / backend
-        # what a tools/gpu run of this update or an earlier update committed for the other patches
+        # what an offline run of this update or an earlier update committed for the other patches
         existing: dict = {}
         pending = out.files.get(f"{backend}/verify.json")
         prior = pending[1] if pending is not None else load_manifest(docs_root).get(f"{backend}/verify.json")
@@ -254,7 +254,7 @@ def verify_command(backend: str, patches: list[tuple[int, str]], with_hunks: set
 
 
 def _outputs(run: dict) -> dict[str, str]:
-    """File name -> the step command that wrote it, for one tools/gpu run record."""
+    """File name -> the step command that wrote it, for one offline run record."""
     made: dict[str, str] = {}
     for s in run.get("steps", []):
         cmd = str(s.get("command", ""))
@@ -269,7 +269,7 @@ def _outputs(run: dict) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class GpuFolder:
-    """An output folder of tools/gpu/run.sh, read and checked before anything is written or deleted."""
+    """An output folder of `patchset offline run`, read and checked before anything is written or deleted."""
 
     folder: Path
     runs: tuple[tuple[Path, dict], ...]
@@ -279,12 +279,12 @@ class GpuFolder:
 
 
 def read_gpu(folder: Path, now: SeriesNow, trees: dict[str, str] | None = None, pin_commit: str = "") -> GpuFolder:
-    """Read the outputs of tools/gpu/run.sh in `folder`: every run record and JSON file parsed, and its
+    """Read the outputs of `patchset offline run` in `folder`: every run record and JSON file parsed, and its
     verify.json checked against the series now (`check_verify`); InputError names the first file
     that is not what the run says."""
     runs = sorted(folder.glob("run-*.json"))
     if not runs:
-        raise InputError(f"{folder}: no run-*.json: not an output folder of tools/gpu/run.sh")
+        raise InputError(f"{folder}: no run-*.json: not an output folder of `patchset offline run`")
     loaded = []
     for rpath in runs:
         run = load_json(rpath)
@@ -331,7 +331,7 @@ def check_verify(path: Path, data: object, backend: str, now: SeriesNow, trees: 
 
 
 def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
-    """The outputs of tools/gpu/run.sh (read_gpu): the run records and the files their steps wrote.
+    """The outputs of `patchset offline run` (read_gpu): the run records and the files their steps wrote.
     A run made on the series' current bytes records each patch's `input_digest`; its verify.json
     keeps the committed proofs of other patches that still hold."""
     skipped: list[str] = []
@@ -342,7 +342,7 @@ def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
         backend = str(run.get("backend", "unknown"))
         shas = {p["name"]: p["sha256"] for p in run.get("patches", [])}
         machine = _machine(run.get("host", {}), run.get("gpu", "") if backend != "cpu" else "")
-        # run.sh records its own arguments (`invocation`); an older record has only its steps
+        # a run records its own command (`invocation`); an older record of tools/gpu/run.sh has only its steps
         invocation = str(run.get("invocation") or f"tools/gpu/run.sh --backend {backend} (steps: " + ", ".join(
             str(s.get("step")) for s in run.get("steps", [])) + ")")
         common = (str(run.get("date", "")), machine, _pin_text(run.get("pin", {})), shas)

@@ -6,7 +6,7 @@ Made from the committed evidence under docs/evidence/<backend>/ (never from the 
 Only the block between the two markers is generated; whatever the file holds outside them is
 written by hand and kept byte for byte, so notes (a replay section, caveats) live beside the table.
 
-Evidence of one backend, as tools/gpu/run.sh writes it into $OUT and as committed:
+Evidence of one backend, as `patchset offline run` writes it into its output folder and as committed:
 
 - `run-<step>.json` (`patchset-device-run/1`): date, host, GPU, nvcc, pin, patch sha256s, and each
   command with its exit code and seconds;
@@ -50,7 +50,8 @@ WORKFLOWS = {
              "Objective-C, and the series' Metal test programs with clang against GNUstep and a Metal SDK "
              "stand-in (`patchset build --backend metal`: a compile check, nothing runs).",
     "cuda": "not run yet. Workflow ready: `.github/workflows/cuda.yml` (build in a CUDA container; tests on a "
-            "GPU runner); offline on a GPU machine: `tools/gpu/run.sh`",
+            "GPU runner); on a GPU machine without network: `patchset offline prepare`, then `patchset offline run` "
+            "there",
     "cpu": "not run yet. Workflow ready: `.github/workflows/linux-cpu.yml`",
     "metal-linux": "no evidence committed yet. Run on Linux with the Objective-C toolchain built (`patchset toolchain "
                    "objc --mirror DIR`): `patchset verify 1 5 --backend metal-linux` (the tree's own Metal host code, "

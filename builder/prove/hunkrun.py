@@ -12,7 +12,7 @@ from builder.progress import ProgressSink
 from builder.prove import hunks as hk
 from builder.prove import runner
 from builder.prove.runner import Limits, limit_of
-from builder.prove.treebuild import TreeBuilder
+from builder.prove.treebuild import TreeBuilder, lane_syntax_tree
 from builder.prove.trees import Trees, checkout_detached
 from builder.series.model import Patch, TestSpec
 
@@ -27,8 +27,7 @@ class HunkRunner:
         self.work = builder.work
         self.progress = progress
         # one per lane of the scheduler, as the lane's worktree
-        self.syntax_tree = builder.project.state_dir / "verify" / ("syntax" + (f"-{builder.lane}" if builder.lane
-                                                                              else ""))
+        self.syntax_tree = lane_syntax_tree(builder.project, builder.lane)
 
     def run(self, patch: Patch, trees: Trees, backend: str, tests: list[TestSpec],
             timeout: Limits = None) -> list[hk.HunkResult]:

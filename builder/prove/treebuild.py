@@ -46,6 +46,11 @@ def lane_build_dir(project: Project, backend: str, lane: int) -> Path:
     return project.build_root / (f"verify-{backend}-minimal" + (f"-{lane}" if lane else ""))
 
 
+def lane_syntax_tree(project: Project, lane: int) -> Path:
+    """The worktree a lane compiles single files in for the hunk checks (`syntax`, `syntax-1`, ...)."""
+    return project.state_dir / "verify" / ("syntax" + (f"-{lane}" if lane else ""))
+
+
 class TreeBuilder:
     """Builds proof trees and runs tests on them; remembers what each build read."""
 

@@ -12,7 +12,8 @@ from helpers import Proj, Upstream, json_document
 
 from builder.cli import main
 from builder.prove.canary_check import checker
-from builder.series.canary import KIND_BUILD, KIND_TEST, canary
+from builder.prove.treebuild import lane_build_dir, lane_src
+from builder.series.canary import KIND_BUILD, KIND_TEST, CanaryReport, canary
 from tests.test_bump import CALC_C, CALC_H, NAMES, make_mini
 
 COMMITS = 12
@@ -72,3 +73,27 @@ def test_canary_build_and_test_find_the_first_commit_that_breaks_each_patch_beyo
         assert p["tries"] <= bound
         assert p["last_good"] == parent[p["broken_at"]["commit"]]
     assert data["builds"] < COMMITS * len(NAMES) / 2
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_canary_in_lanes_finds_what_one_lane_finds(history: tuple[Proj, list[str]], lanes: int) -> None:
+    """A bisection round tries as many commits as the check has lanes, each tree in a lane's own worktree and
+    build folder on one jobserver: the same commits are found as one commit a round finds (issue 44)."""
+    mini, ids = history
+
+    def found(report: CanaryReport) -> list[tuple[str, str | None, str, str]]:
+        return [(p.patch, p.broken_at.id if p.broken_at else None, p.kind, p.last_good) for p in report.patches]
+
+    one = canary(mini.project, ids[-1], check=checker(mini.project, "cpu", test=True, jobs=2, lanes=1),
+                 checked="test")
+    assert not lane_src(mini.project, 1).exists()
+    check = checker(mini.project, "cpu", test=True, jobs=2 * lanes, lanes=lanes)
+    assert check.lanes == lanes
+    many = canary(mini.project, ids[-1], check=check, checked="test")
+    assert found(many) == found(one) == [(NAMES[0], ids[BUILD_BREAK - 1], KIND_BUILD, ids[BUILD_BREAK - 2]),
+                                         (NAMES[1], ids[TEST_BREAK - 1], KIND_TEST, ids[TEST_BREAK - 2])]
+    assert many.newest_whole == one.newest_whole == ids[TEST_BREAK - 2]
+    # the later lanes built in folders of their own
+    for lane in range(1, lanes):
+        assert (lane_src(mini.project, lane) / "ggml").is_dir()
+        assert lane_build_dir(mini.project, "cpu", lane).is_dir()

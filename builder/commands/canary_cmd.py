@@ -10,6 +10,7 @@ from rich.table import Table
 
 from builder.commands import jsonout
 from builder.commands.test_cmd import add_confirm, add_timeout
+from builder.commands.verify_cmd import check_lanes
 from builder.console import CliProgress, console
 from builder.errors import InputError, Outcome
 from builder.fsutil import atomic_write_text
@@ -41,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="as --build, and where the patch's tests no longer pass with its fix")
     p.add_argument("--backend", choices=BACKENDS, default="cpu", help="with --build/--test (default: cpu)")
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--lanes", type=int, metavar="N",
+                   help="with --build/--test: try N commits at once a bisection round, each tree in its own "
+                        "worktree and build folder, on one jobserver of --jobs slots (default: as many as the "
+                        "cores, memory and a compiler cache allow; 1: one commit at a time)")
     add_timeout(p)
     add_confirm(p, "with --test, the failing cases of a tree")
     jsonout.add_option(p, "the report")
@@ -61,7 +66,9 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
                          "llama.cpp's tree only; a second series gets its text checks (leave the flag out)")
     if args.build or args.test:
         from builder.prove.canary_check import checker  # noqa: PLC0415 (only these flags build)
-        check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout, args.confirm)
+        check_lanes(args)
+        check = checker(project, args.backend, args.test, progress, args.jobs, args.timeout, args.confirm,
+                        args.lanes)
     with project_lock(project.lock_file) if check else contextlib.nullcontext():
         report = canary(project, new, old, args.step, args.scan, progress, check,
                         "test" if args.test else "build" if args.build else "")

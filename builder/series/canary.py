@@ -58,7 +58,8 @@ KIND_TEST = "test"
 TreeCheck = Callable[[GitRepo, Patch, str], tuple[str, str]]
 """`--build`/`--test` (`builder.prove.canary_check.checker`): given the scratch repository, a patch and
 the tree of a commit with the series up to that patch, ('', '') when it passes, else (KIND_BUILD or
-KIND_TEST, why)."""
+KIND_TEST, why). A check with a `many(git, patch, trees)` method and `lanes` above 1 checks that many
+trees at once: the bisection then tries as many commits a round (see `_probes`)."""
 
 
 @dataclass(frozen=True)
@@ -242,26 +243,34 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
 
         verdicts: dict[tuple[int, str], tuple[str, str]] = {}
 
+        def verdicts_at(k: int, commits: list[str]) -> list[tuple[str, str]]:
+            """Patch k at each of `commits`: ('', '') where it applies (and passes `check`), else (class,
+            why); the trees the check needs are checked at once where it has lanes."""
+            rows = [table(c)[k] for c in commits]
+            todo = [c for c, r in zip(commits, rows, strict=True)
+                    if check is not None and _applies(r) and (k, c) not in verdicts]
+            if todo and check is not None:
+                trees = [_carried(sc, sc.git.out("rev-parse", f"{c}^{{tree}}"), tables[c][1], table(c), k)
+                         for c in todo]
+                many = getattr(check, "many", None)
+                got = (many(sc.git, series.patches[k], trees) if many is not None and len(trees) > 1
+                       else [check(sc.git, series.patches[k], t) for t in trees])
+                verdicts.update(zip(((k, c) for c in todo), got, strict=True))
+            return [(r.outcome, "") if not _applies(r) else verdicts.get((k, c), ("", ""))
+                    for c, r in zip(commits, rows, strict=True)]
+
         def verdict(k: int, commit: str) -> tuple[str, str]:
-            """Patch k at `commit`: ('', '') when it applies (and passes `check`), else (class, why)."""
-            row = table(commit)[k]
-            if not _applies(row):
-                return row.outcome, ""
-            if check is None:
-                return "", ""
-            if (k, commit) not in verdicts:
-                tree = _carried(sc, sc.git.out("rev-parse", f"{commit}^{{tree}}"), tables[commit][1],
-                                table(commit), k)
-                verdicts[(k, commit)] = check(sc.git, series.patches[k], tree)
-            return verdicts[(k, commit)]
+            return verdicts_at(k, [commit])[0]
 
         if old_id != pin.commit and any(not _applies(r) for r in table(old_id)):
             raise InputError(f"--range: the series does not apply at {old} (run `patchset rebase --dry-run "
                              f"--onto {old_id}`)")
+        # commits tried a round of the bisection: one, or as many as the tree check has lanes
+        width = max(1, int(getattr(check, "lanes", 1))) if check is not None else 1
         progress.begin(f"canary: {len(names)} patch(es) over {len(line)} commit(s)", len(names))
         rows = []
         for k, name in enumerate(names):
-            rows.append(_one(sc, k, name, mails[k], tried, old_id, table, verdict, scan,
+            rows.append(_one(sc, k, name, mails[k], tried, old_id, table, verdict, verdicts_at, width, scan,
                              lambda c, j: (_carried(sc, sc.git.out("rev-parse", f"{c}^{{tree}}"), tables[c][1],
                                                     table(c), j - 1), tables[c][1][j])))
             progress.update(k + 1, len(names), name)
@@ -277,11 +286,21 @@ def _applies(r: PatchReport) -> bool:
     return not r.failed and r.outcome != UPSTREAM
 
 
+def _probes(lo: int, hi: int, width: int) -> list[int]:
+    """The commits a bisection round tries between `lo` (survives) and `hi` (does not): `width` of them
+    evenly spaced, the midpoint alone for one; the first that fails is the new `hi`, the one before it
+    the new `lo`, so each round leaves a `width + 1`-th of the range."""
+    m = min(width, hi - lo - 1)
+    return sorted({lo + (hi - lo) * (j + 1) // (m + 1) for j in range(m)})
+
+
 def _one(sc: Scratch, k: int, name: str, mail: Path, tried: list[str], old_id: str,
          table: Callable[[str], list[PatchReport]], verdict: Callable[[int, str], tuple[str, str]],
+         verdicts_at: Callable[[int, list[str]], list[tuple[str, str]]], width: int,
          scan: bool, before: Callable[[str, int], tuple[str, Path]]) -> PatchCanary:
-    """Patch k over the commits `tried`: bisection (or every commit with `scan`). `before(commit, j)`:
-    the commit's tree with the patches before j that apply there, and patch j's mail as tried there."""
+    """Patch k over the commits `tried`: bisection, `width` commits a round (or every commit with `scan`).
+    `before(commit, j)`: the commit's tree with the patches before j that apply there, and patch j's mail
+    as tried there."""
     git = sc.git
     n = len(tried)
     tries = 0
@@ -298,11 +317,13 @@ def _one(sc: Scratch, k: int, name: str, mail: Path, tried: list[str], old_id: s
     else:
         lo, hi = -1, n - 1  # lo applies (OLD), hi does not
         while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
+            probes = _probes(lo, hi, width)
+            tries += len(probes)
+            for i, got in zip(probes, verdicts_at(k, [tried[i] for i in probes]), strict=True):
+                if got != ("", ""):
+                    hi = i
+                    break
+                lo = i
         bad = hi
     last_good = tried[bad - 1] if bad > 0 else old_id
     good_row = table(last_good)[k] if last_good in tried else None

@@ -11,6 +11,8 @@ from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
 from builder.series.workbase import PatchOutcome
+from builder.series.workrepo import StoppedOnConflict
+from builder.upstream.pin import load_pin
 
 NAME = "apply"
 HELP = "fetch if needed, then build branch 'patched' = pinned upstream + the series in the work repository"
@@ -23,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-run", action="store_true",
                    help="try every patch on the pin in a scratch index and print the rebase --dry-run table; "
                         "change nothing (for a series not applied yet, or whose old base is gone)")
-    jsonout.add_option(p, "with --dry-run: the table")
+    jsonout.add_option(p, "each patch's outcome (with --dry-run: the table)")
     options.add_force(p, "apply", "uncommitted work or unsaved commits in the work repository (saved under "
                                   "refs/patchset/backup/ first)")
 
@@ -38,13 +40,27 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         if args.force:
             raise InputError("--dry-run changes nothing: --force has no meaning with it")
         return print_dry_run(dry_run_apply(project), args, "apply", "on the pin")
-    if args.json:
-        raise InputError("--json goes with --dry-run")
+    # until the apply ends, its document says nothing was applied (an error is its problem)
+    body = {"dry_run": False, "old": "", "new": load_pin(project.pin_file).commit, "patches": [], "head": None,
+            "noop": None, "aborted": bool(args.abort), "backups": []}
+    jsonout.emit(args, "apply", body)
     if args.abort:
         abort_apply(project)
+        jsonout.emit(args, "apply", {**body, "noop": False})
         console.print("apply aborted; the work repository is back where it was")
         return Outcome.OK
-    result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
+    try:
+        result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
+    except StoppedOnConflict as e:
+        c = e.info
+        jsonout.emit(args, "apply", {**body, "patches": [
+            {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None,
+             "files": list(c.conflicted), "hunks": list(c.failed)}]})
+        raise
+    jsonout.emit(args, "apply", {**body, "new": result.upstream, "head": result.head or None, "noop": result.noop,
+                                 "backups": list(result.backups),
+                                 "patches": [{"patch": o.name, "outcome": o.outcome, "commit": o.commit or None,
+                                              "resolutions": list(o.resolutions)} for o in result.outcomes]})
     for b in result.backups:
         console.print(f"saved: {b}")
     if result.noop:

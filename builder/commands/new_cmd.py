@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 
 from builder import proc
-from builder.commands.series_view import print_edit
+from builder.commands import jsonout
+from builder.commands.series_view import edit_json, print_edit
 from builder.errors import InputError, Outcome
 from builder.project import Project
 from builder.series.edit import TEMPLATE_BODY, author_ident, new
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of an editor; '-' reads stdin")
     p.add_argument("--author", metavar="'NAME <EMAIL>'",
                    help="the patch's author (default: git's user outside the work repository)")
+    jsonout.add_option(p, "the new patch and the series")
 
 
 def _body(args: argparse.Namespace, project: Project) -> str:
@@ -57,6 +59,10 @@ def _body(args: argparse.Namespace, project: Project) -> str:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    head = {"name": args.name}
+    jsonout.emit(args, "new", {**head, **edit_json(None)})
     author = author_ident(project, args.author or "")
-    print_edit(new(project, args.name, _body(args, project), author))
+    result = new(project, args.name, _body(args, project), author)
+    jsonout.emit(args, "new", {**head, **edit_json(result)})
+    print_edit(result)
     return Outcome.OK

@@ -23,7 +23,8 @@ from helpers import (
 )
 
 from builder.cli import main
-from builder.commands import jsonout
+from builder.commands import jsonout, load
+from builder.errors import ANY_COMMAND
 from builder.series.workrepo import OUTCOME_CLEAN
 
 RUNS: dict[str, str] = {
@@ -58,6 +59,8 @@ class Runner:
         doc = json_document(out)  # the document alone on stdout, valid against the schema
         assert doc["format"] == f"patchset-{name}/{jsonout.FORMATS[name][0]}", (argv, doc)
         assert (doc["exit"], doc["ok"]) == (code, code == 0)
+        # an exit the command's --help lists (its EXITS, or one of every command's)
+        assert code in {*load(args[0]).EXITS, *ANY_COMMAND}, (args[0], code)
         self.seen.add(name)
         return doc
 

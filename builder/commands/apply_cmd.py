@@ -7,7 +7,7 @@ import argparse
 from builder.commands import jsonout, options
 from builder.commands.dryrun_view import print_dry_run
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
 from builder.series.workbase import PatchOutcome
@@ -16,6 +16,13 @@ from builder.upstream.pin import load_pin
 
 NAME = "apply"
 HELP = "fetch if needed, then build branch 'patched' = pinned upstream + the series in the work repository"
+
+EXAMPLE = """example:
+  patchset apply
+  patchset apply --dry-run --json > apply.json   # each patch on the pin, nothing changed
+  patchset apply --continue                      # after resolving a conflict and `git add`"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

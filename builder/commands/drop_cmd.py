@@ -6,7 +6,7 @@ import argparse
 
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, listed, patch_at, print_edit
-from builder.errors import Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import drop
 
@@ -16,6 +16,9 @@ HELP = ("remove patch N from the series: the later patches are replayed without 
         "patches/dropped; `patchset undo` brings it back")
 EXAMPLE = """example:
   patchset drop 3 --reason 'upstream took another design (ggml-org/llama.cpp#12345)'"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, listed, patch_at, print_edit
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import edit
 
@@ -17,6 +17,9 @@ EXAMPLE = """example:
   patchset edit 2
   $EDITOR .patchset/work/llama.cpp/ggml/src/ggml.c
   patchset refresh"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

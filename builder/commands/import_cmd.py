@@ -8,7 +8,7 @@ from pathlib import Path
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, print_edit
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.importer import ORIGIN, TO_FILL, import_mails, is_range, mails_from_file, mails_from_range
 
@@ -21,6 +21,9 @@ EXAMPLE = """example:
   patchset import --repo ../my-llama.cpp b7000..my-fixes
   curl -LO https://github.com/ggml-org/llama.cpp/pull/12345.patch
   patchset import 12345.patch --origin https://github.com/ggml-org/llama.cpp/pull/12345"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import builder
 from builder import proc
 from builder.commands import jsonout
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import default_cache_dir
 from builder.series.init import WORKFLOWS, init
 from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest
@@ -27,6 +27,9 @@ EXAMPLE = """example:
       --patchset-source git+https://github.com/OWNER/patchset@COMMIT
   cd myfork && patchset apply"""
 NEEDS_PROJECT = False
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, listed, patch_at, print_edit
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import mark
 
@@ -17,6 +17,9 @@ HELP = ("record where patch N stands upstream: its Patchset-Upstream trailer set
 EXAMPLE = """example:
   patchset mark 2 sent https://github.com/ggml-org/llama.cpp/pull/12345
   patchset mark 6 fork-only upstream asserts on such a graph instead"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

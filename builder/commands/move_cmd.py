@@ -6,7 +6,7 @@ import argparse
 
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, listed, patch_at, print_edit
-from builder.errors import Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import move
 
@@ -15,6 +15,9 @@ HELP = ("put patch N just before patch M (numbers as they are now; M = the count
         "replayed in the new order (nothing changes when one no longer applies, exit 3); `patchset undo` goes back")
 EXAMPLE = """example:
   patchset move 4 --before 2"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

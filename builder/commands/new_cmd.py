@@ -12,7 +12,7 @@ from pathlib import Path
 from builder import proc
 from builder.commands import jsonout
 from builder.commands.series_view import edit_json, print_edit
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import Project
 from builder.series.edit import TEMPLATE_BODY, author_ident, new
 
@@ -23,6 +23,9 @@ EXAMPLE = """example:
   patchset new 'ggml : fix ADD for empty rows' --message-file msg.txt
   $EDITOR .patchset/work/llama.cpp/ggml/src/ggml.c   # the fix and its test
   patchset refresh"""
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,13 +7,18 @@ from pathlib import Path
 
 from builder.console import CliProgress, console
 from builder.deliver import carry
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 
 NAME = "offline"
 HELP = "the carry folder for a machine without network (prepare): the pin as a git bundle, wheels, a manifest"
 PREPARE = ("make the carry folder here, where the pin's sources and the package index can be reached "
            "(after `patchset fetch` works)")
+
+EXAMPLE = """example:
+  patchset offline prepare --wheel               # .patchset/carry: copy it to the machine without network"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

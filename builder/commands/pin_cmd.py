@@ -7,7 +7,7 @@ from pathlib import Path
 
 from builder.commands import jsonout, options
 from builder.console import CliProgress, console, err_console
-from builder.errors import InputError, Outcome, PinError
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome, PinError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress
 from builder.project import Project
@@ -17,6 +17,12 @@ from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinReque
 
 NAME = "pin"
 HELP = "write a pin file for another upstream commit from its source: sha256 and tree id computed as fetch checks them"
+
+EXAMPLE = """example:
+  patchset pin --git https://github.com/ggml-org/llama.cpp b7100 --out next.toml
+  patchset rebase --onto next.toml"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,12 +7,17 @@ from pathlib import Path
 
 from builder.commands import jsonout
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.prove.pipeline import make_slice
 
 NAME = "slice"
 HELP = "write a small tarball (patched ggml/, test sources, our CMake project) to build elsewhere"
+
+EXAMPLE = """example:
+  patchset slice --out slice.tar.gz  # then build it on a CUDA host or a Mac with plain cmake"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

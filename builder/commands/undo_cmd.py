@@ -7,7 +7,7 @@ import argparse
 from builder.commands import jsonout
 from builder.commands.series_view import print_recoveries, recovery_json
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import undo
 from builder.series.movesnap import MOVE_VERBS
@@ -21,6 +21,8 @@ EXAMPLE = """example:
   patchset undo
   patchset rebase --onto 0123456789abcdef0123456789abcdef01234567
   patchset undo      # the pin, patches/ and the work repository as before the rebase"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,11 +9,17 @@ from builder import proc
 from builder.commands import jsonout
 from builder.console import CliProgress, console, err_console
 from builder.deliver import WHEEL_BACKENDS
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 
 NAME = "wheel"
 HELP = "build llama-cpp-python on the committed patched tree, with its provenance inside"
+
+EXAMPLE = """example:
+  patchset wheel --backend cpu --out dist
+  pip install dist/llama_cpp_python-*.whl"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,37 +18,13 @@ from builder import __version__, proc
 from builder.commands import NAMES, jsonout, load
 from builder.commands.options import REFUSED_DEST
 from builder.console import err_console, setup_logging
+from builder.environment import VARIABLES
 from builder.errors import ANY_COMMAND, EXIT_CODES, EXIT_INTERNAL, InputError, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
 _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
-
-
-ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("PATCHSET_CACHE", "the cache of downloads and the upstream repository, shared between projects "
-                       "(default: $XDG_CACHE_HOME/patchset, else ~/.cache/patchset)"),
-    ("PATCHSET_STATE", "the project's state folder: work repository, builds, logs, evidence (default: "
-                       "PROJECT/.patchset)"),
-    *((name, f"time limit in seconds of {what} (default: {default:g})")
-      for name, (default, what) in proc.TIMEOUTS.items()),
-    ("PATCHSET_PLATFORM_CACHE", "where a new build folder takes CMake's compiler detection from, made by the first "
-                                "configure with the same cmake, compilers and flags (default: PATCHSET_CACHE/"
-                                "cmake-platform; delete it to detect again)"),
-    ("PATCHSET_CMAKE_ARGS", "more -D options for every build of a tree, after patchset's own (the "
-                            "evidence's host and key record them)"),
-    ("PATCHSET_PYTHON", "the interpreter that runs a patch's `python` test in verify (default: patchset's own); "
-                        "it needs pytest and the tested package's own requirements"),
-    ("CC, CXX", "the compilers CMake takes (the evidence records $CXX's version, else c++'s)"),
-    ("NO_COLOR", "set: no colours in the output"),
-    ("CI", "set: no progress bars (they are drawn only on a terminal anyway)"),
-    ("VISUAL, EDITOR", "the editor `new` opens the patch's message in"),
-)
-"""The environment variables patchset reads, as `patchset --help` lists them."""
-
-_TEST_HOOKS = ("PATCHSET_FAULT_KILL_AT", "PATCHSET_FAULT_PAUSE_AT", "PATCHSET_FAULT_PAUSE_FILE", "PATCHSET_FAULT_TRACE")
-"""Variables for the test suite's fault injection (builder/proc.py), left out of the help."""
 
 
 def exit_lines(codes: Iterable[int]) -> list[str]:
@@ -72,7 +48,7 @@ def top_epilog() -> str:
     """The end of `patchset --help`: exit codes and environment variables, from the code that uses them."""
     lines = exit_lines(EXIT_CODES)
     lines += ["", "environment:"]
-    for name, what in ENVIRONMENT:
+    for name, what in VARIABLES:
         lines.append(f"  {name}")
         lines += textwrap.wrap(what, 92, initial_indent="      ", subsequent_indent="      ")
     lines += ["", "`patchset help COMMAND` (or `patchset COMMAND --help`) says more of one command; docs/guide.md "

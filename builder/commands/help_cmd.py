@@ -1,15 +1,17 @@
-"""`patchset help`: the help of patchset or of one command, the README's command table, docs/json.md's table."""
+"""`patchset help`: the help of patchset or of one command, and the tables of commands, JSON and environment."""
 
 from __future__ import annotations
 
 import argparse
 
+from builder import environment
 from builder.commands import NAMES, jsonout
 from builder.errors import EXIT_OK, InputError, Outcome
 
 NAME = "help"
 HELP = ("print the help of patchset, or of one command; --markdown: the README's table of commands; "
-        "--json-formats: docs/json.md's table of the JSON documents; --json-schema: their JSON Schema")
+        "--json-formats: docs/json.md's table of the JSON documents; --json-schema: their JSON Schema; "
+        "--environment: docs/guide.md's table of the environment variables patchset reads")
 EXAMPLE = """example:
   patchset help mark"""
 NEEDS_PROJECT = False
@@ -31,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json-schema", action="store_true",
                    help="print the JSON Schema (draft 2020-12) that every document printed with --json validates "
                         "against: the envelope and each format's fields")
+    p.add_argument("--environment", action="store_true",
+                   help="print the table of the environment variables patchset reads, as docs/guide.md holds it")
 
 
 def _subparsers(p: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
@@ -71,6 +75,9 @@ def run(args: argparse.Namespace, project: object) -> Outcome:
         return Outcome.OK
     if args.json_schema:
         print(jsonout.schema_text(), end="")
+        return Outcome.OK
+    if args.environment:
+        print(environment.markdown(), end="")
         return Outcome.OK
     if not args.topic:
         root.print_help()

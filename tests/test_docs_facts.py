@@ -144,3 +144,19 @@ def test_commands_named_in_docs_exist() -> None:
                           for a in p._actions for o in a.option_strings}
                 wrong += [f"{doc.name}:{i}: patchset {verb} {f}" for f in flags if f not in known]
     assert wrong == []
+
+
+GLOSSARY_TERMS = ("pin", "before tree, after tree, parent tree", "known-positive", "guard case", "stand-in", "sweep",
+                  "mutation", "hunk", "evidence", "carry folder", "lane")
+
+
+def test_the_glossary_defines_each_term_with_the_command_that_shows_it() -> None:
+    text = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    entries = {m[1]: m[2] for m in re.finditer(r"^\*\*(.+?)\*\*: (.+?)(?=\n\n|\Z)", text, re.M | re.S)}
+    assert list(entries) == list(GLOSSARY_TERMS)
+    for term, what in entries.items():
+        assert "`patchset " in what, f"glossary: {term} names no command that shows it"
+        assert len(what.split()) <= 90, f"glossary: {term} is not short"
+    assert "metal-replay" in entries["stand-in"] and "metal-linux" in entries["stand-in"]
+    for doc in ("README.md", "docs/guide.md"):
+        assert "glossary.md" in (ROOT / doc).read_text(encoding="utf-8"), f"{doc} does not link the glossary"

@@ -86,7 +86,9 @@ def test_apply_prints_what_it_applied_and_where_it_stopped(proj: Proj, capsys: p
     clash = commit(proj.scratch, {"src/a.c": CONFLICT_A_C}, CONFLICT_MSG, author=AUTHORS[1])
     series = proj.set_series([proj.commits[0], clash, proj.commits[2]])
     doc = run("apply", "apply", "--json", code=3)
-    row, = doc["patches"]
+    first, row = doc["patches"]
+    assert (first["index"], first["patch"], first["outcome"]) == (1, series[0], OUTCOME_CLEAN)
+    assert first["commit"] == proj.wgit("rev-parse", "HEAD")  # where `git am` stopped: on patch 1
     assert (row["index"], row["patch"], row["outcome"], row["files"]) == (2, series[1], "conflict", ["src/a.c"])
     assert doc["head"] is None and series[1] in doc["problems"][0]["message"]
     doc = run("apply", "apply", "--abort", "--json")

@@ -11,7 +11,7 @@ from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Inp
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
 from builder.series.workbase import PatchOutcome
-from builder.series.workrepo import StoppedOnConflict
+from builder.series.workrepo import StoppedOnConflict, WorkRepo
 from builder.upstream.pin import load_pin
 
 NAME = "apply"
@@ -42,6 +42,10 @@ def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> N
         console.print(f"  {i:>3} {o.name}: {o.outcome}", highlight=False)
 
 
+def _row(o: PatchOutcome) -> dict:
+    return {"patch": o.name, "outcome": o.outcome, "commit": o.commit or None, "resolutions": list(o.resolutions)}
+
+
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if args.force:
@@ -59,15 +63,16 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     try:
         result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
     except StoppedOnConflict as e:
+        # the patches applied before it, then the one it stopped at
+        op = WorkRepo(project.work_repo).load_state().op
         c = e.info
         jsonout.emit(args, "apply", {**body, "patches": [
-            {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None,
+            *(_row(o) for o in (op.named(op.done) if op else ())),
+            {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None, "resolutions": [],
              "files": list(c.conflicted), "hunks": list(c.failed)}]})
         raise
     jsonout.emit(args, "apply", {**body, "new": result.upstream, "head": result.head or None, "noop": result.noop,
-                                 "backups": list(result.backups),
-                                 "patches": [{"patch": o.name, "outcome": o.outcome, "commit": o.commit or None,
-                                              "resolutions": list(o.resolutions)} for o in result.outcomes]})
+                                 "backups": list(result.backups), "patches": [_row(o) for o in result.outcomes]})
     for b in result.backups:
         console.print(f"saved: {b}")
     if result.noop:

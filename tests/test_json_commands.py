@@ -51,8 +51,8 @@ class Runner:
     def __init__(self, root: Path | None, capsys: pytest.CaptureFixture[str]) -> None:
         self.root, self.capsys, self.seen = root, capsys, set[str]()
 
-    def __call__(self, name: str, *args: str, code: int = 0) -> dict:
-        argv = [*(["--project", str(self.root)] if self.root else []), *args]
+    def __call__(self, name: str, *args: str, code: int = 0, before: tuple[str, ...] = ()) -> dict:
+        argv = [*(["--project", str(self.root)] if self.root else []), *before, *args]
         got = main(argv)
         out, err = self.capsys.readouterr()
         assert got == code, (argv, got, out, err)
@@ -195,10 +195,10 @@ def test_wheel_prints_its_document_when_drift_stops_it(tmp_path: Path, cache_dir
 
 def test_an_error_before_the_command_prints_the_error_document(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    # no pin where the project should be: apply stops before it has a document of its own
+    # a global option the command does not take: refused before the command runs, so before its own document
     run = Runner(tmp_path / "nowhere", capsys)
-    doc = run("error", "apply", "--json", code=2)
-    assert doc["command"] == "apply" and "pin file not found" in doc["problems"][0]["message"]
+    doc = run("error", "slice", "--json", code=2, before=("--series", "side"))
+    assert doc["command"] == "slice" and "does not take --series" in doc["problems"][0]["message"]
     run.ran_what_runs_says("test_an_error_before_the_command_prints_the_error_document")
 
 

@@ -7,7 +7,7 @@ import argparse
 from builder.commands import jsonout, options
 from builder.commands.dryrun_view import print_dry_run
 from builder.console import CliProgress, console
-from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome, PinError
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
 from builder.series.workbase import PatchOutcome
@@ -42,6 +42,14 @@ def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> N
         console.print(f"  {i:>3} {o.name}: {o.outcome}", highlight=False)
 
 
+def _pin_commit(project: Project) -> str:
+    """The pin's commit for the document ('' when the pin cannot be read: the apply says why; --abort needs none)."""
+    try:
+        return load_pin(project.pin_file).commit
+    except PinError:
+        return ""
+
+
 def _row(o: PatchOutcome) -> dict:
     return {"patch": o.name, "outcome": o.outcome, "commit": o.commit or None, "resolutions": list(o.resolutions)}
 
@@ -52,8 +60,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
             raise InputError("--dry-run changes nothing: --force has no meaning with it")
         return print_dry_run(dry_run_apply(project), args, "apply", "on the pin")
     # until the apply ends, its document says nothing was applied (an error is its problem)
-    body = {"dry_run": False, "old": "", "new": load_pin(project.pin_file).commit, "patches": [], "head": None,
-            "noop": None, "aborted": bool(args.abort), "backups": []}
+    body = {"dry_run": False, "old": "", "new": _pin_commit(project) if args.json else "", "patches": [],
+            "head": None, "noop": None, "aborted": bool(args.abort), "backups": []}
     jsonout.emit(args, "apply", body)
     if args.abort:
         abort_apply(project)

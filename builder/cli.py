@@ -8,7 +8,9 @@ import argparse
 import os
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 from rich.markup import escape
 
@@ -16,7 +18,8 @@ from builder import __version__, proc
 from builder.commands import NAMES, jsonout, load
 from builder.commands.options import REFUSED_DEST
 from builder.console import err_console, setup_logging
-from builder.errors import EXIT_CODES, EXIT_INTERNAL, InputError, Outcome, PatchsetError
+from builder.environment import VARIABLES
+from builder.errors import ANY_COMMAND, EXIT_CODES, EXIT_INTERNAL, InputError, Outcome, PatchsetError
 from builder.project import load_project
 
 # variables that would silently point our git commands at another repository
@@ -24,40 +27,28 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("PATCHSET_CACHE", "the cache of downloads and the upstream repository, shared between projects "
-                       "(default: $XDG_CACHE_HOME/patchset, else ~/.cache/patchset)"),
-    ("PATCHSET_STATE", "the project's state folder: work repository, builds, logs, evidence (default: "
-                       "PROJECT/.patchset)"),
-    *((name, f"time limit in seconds of {what} (default: {default:g})")
-      for name, (default, what) in proc.TIMEOUTS.items()),
-    ("PATCHSET_PLATFORM_CACHE", "where a new build folder takes CMake's compiler detection from, made by the first "
-                                "configure with the same cmake, compilers and flags (default: PATCHSET_CACHE/"
-                                "cmake-platform; delete it to detect again)"),
-    ("PATCHSET_CMAKE_ARGS", "more -D options for every build of a tree, after patchset's own (the "
-                            "evidence's host and key record them)"),
-    ("PATCHSET_PYTHON", "the interpreter that runs a patch's `python` test in verify (default: patchset's own); "
-                        "it needs pytest and the tested package's own requirements"),
-    ("CC, CXX", "the compilers CMake takes (the evidence records $CXX's version, else c++'s)"),
-    ("NO_COLOR", "set: no colours in the output"),
-    ("CI", "set: no progress bars (they are drawn only on a terminal anyway)"),
-    ("VISUAL, EDITOR", "the editor `new` opens the patch's message in"),
-)
-"""The environment variables patchset reads, as `patchset --help` lists them."""
+def exit_lines(codes: Iterable[int]) -> list[str]:
+    """`exit codes:` and each of `codes` with its meaning in the one exit map (builder/errors.py)."""
+    lines = ["exit codes:"]
+    for code in codes:
+        # (not at a hyphen: "metal-replay" stays one word, as the docs' table has it)
+        lines += textwrap.wrap(EXIT_CODES[code], 96, initial_indent=f"  {code:<4}", subsequent_indent="      ",
+                               break_on_hyphens=False)
+    return lines
 
-_TEST_HOOKS = ("PATCHSET_FAULT_KILL_AT", "PATCHSET_FAULT_PAUSE_AT", "PATCHSET_FAULT_PAUSE_FILE", "PATCHSET_FAULT_TRACE")
-"""Variables for the test suite's fault injection (builder/proc.py), left out of the help."""
+
+def command_epilog(cmd: ModuleType, extra: str | None) -> str:
+    """The end of `patchset COMMAND --help`: its examples (EXAMPLE), what its add_arguments put there,
+    and the exit codes it returns (its EXITS and errors.ANY_COMMAND)."""
+    codes = sorted({*cmd.EXITS, *ANY_COMMAND})
+    return "\n\n".join(filter(None, [cmd.EXAMPLE, extra, "\n".join(exit_lines(codes))]))
 
 
 def top_epilog() -> str:
     """The end of `patchset --help`: exit codes and environment variables, from the code that uses them."""
-    lines = ["exit codes:"]
-    for code, what in EXIT_CODES.items():
-        # (not at a hyphen: "metal-replay" stays one word, as the docs' table has it)
-        lines += textwrap.wrap(what, 96, initial_indent=f"  {code:<4}", subsequent_indent="      ",
-                               break_on_hyphens=False)
+    lines = exit_lines(EXIT_CODES)
     lines += ["", "environment:"]
-    for name, what in ENVIRONMENT:
+    for name, what in VARIABLES:
         lines.append(f"  {name}")
         lines += textwrap.wrap(what, 92, initial_indent="      ", subsequent_indent="      ")
     lines += ["", "`patchset help COMMAND` (or `patchset COMMAND --help`) says more of one command; docs/guide.md "
@@ -139,8 +130,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         cmd = load(name)
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=textwrap.fill(cmd.HELP, 96),
-                           epilog=getattr(cmd, "EXAMPLE", None), formatter_class=HelpFormatter)
+                           formatter_class=HelpFormatter)
         cmd.add_arguments(p)
+        p.epilog = command_epilog(cmd, p.epilog)
+        for action in p._actions:  # an action's own help (evidence check, offline prepare) ends the same way
+            if isinstance(action, argparse._SubParsersAction):
+                for q in action.choices.values():
+                    q.formatter_class, q.epilog = HelpFormatter, command_epilog(cmd, q.epilog)
         p.set_defaults(handler=cmd.run, needs_project=getattr(cmd, "NEEDS_PROJECT", True), root_parser=parser)
     return parser
 

@@ -35,6 +35,10 @@ EXIT_CODES: dict[int, str] = {
 """What each exit code means: `patchset --help` lists it and docs/verify.md's exit table is made from it
 (exit_table). A command's result is the worst code that applies, in the order of Outcome.worst."""
 
+ANY_COMMAND = (EXIT_USAGE, EXIT_INTERNAL)
+"""The codes every command can return: bad input, and a bug. Each command's module declares the others it
+returns (EXITS); `patchset COMMAND --help` lists both, with the meanings above (tests/test_command_help.py)."""
+
 EXIT_BEGIN = "<!-- BEGIN generated from builder/errors.py EXIT_CODES: edit there -->"
 EXIT_END = "<!-- END generated from builder/errors.py EXIT_CODES -->"
 

@@ -307,6 +307,12 @@ def test_damaged_records_are_one_line_errors(mini: Mini, capsys: pytest.CaptureF
             f.write_bytes(data)
 
 
+JSON_FORMATS_ON_MINI = ("status", "check", "rebase", "build", "test", "sweep", "verify", "verify-recorded", "plan",
+                        "all", "canary", "export", "evidence", "refresh", "fetch", "gc", "bump", "slice")
+"""The formats test_every_reporting_verb_prints_one_json_document prints; tests/test_json_commands.py runs the
+others (apply, the series verbs, pin, init, wheel, error), and checks the two cover FORMATS."""
+
+
 def _json_of(mini: Mini, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
     code = mini.cli(*args)
     out, err = capsys.readouterr()
@@ -329,7 +335,6 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
     runs: dict[str, tuple[str, ...]] = {
         "status": ("status", "--json"),
         "check": ("check", "--json"),
-        "apply": ("apply", "--dry-run", "--json"),
         "rebase": ("rebase", "--dry-run", "--onto", pin["commit"], "--json"),
         "build": ("build", "-j", "2", "--json"),
         "test": ("test", "--json"),
@@ -345,6 +350,7 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
         "refresh": ("refresh", "--check", "--json"),
         "fetch": ("fetch", "--json"),
         "gc": ("gc", "--dry-run", "--json"),
+        "slice": ("slice", "--out", str(tmp_path / "s.tar.gz"), "--json"),
         "bump": ("bump", "--onto", moved, "-j", "2", "--json"),
     }
     seen = {}
@@ -354,7 +360,8 @@ def test_every_reporting_verb_prints_one_json_document(mini: Mini, capsys: pytes
         seen[name] = (code, doc)
     from builder.commands.jsonout import FORMATS  # noqa: PLC0415
     assert {name: doc["format"] for name, (_, doc) in seen.items()} == {
-        name: f"patchset-{name}/{version}" for name, (version, _, _) in FORMATS.items() if name != "error"}
+        name: f"patchset-{name}/{FORMATS[name][0]}" for name in JSON_FORMATS_ON_MINI}
+    assert seen["slice"][1]["path"] == str(tmp_path / "s.tar.gz") and seen["slice"][1]["files"] > 0
     assert [p["name"] for p in seen["status"][1]["patches"]] == mini_series(mini)
     assert {v["outcome"] for v in seen["verify"][1]["verdicts"]} == {"proven", "not proven"}
     assert seen["verify"][0] == 4 and seen["all"][0] == 4

@@ -26,6 +26,8 @@ MODULE_LAYER = {
     "builder.words": "base",
     # output is the CLI's alone
     "builder.console": "commands", "builder.cli": "commands",
+    # the environment variables patchset reads, listed for the help and the docs
+    "builder.environment": "commands",
 }
 
 

@@ -30,7 +30,15 @@ from builder.compile.backends import PROFILES
 from builder.compile.reports import report_dict, write_junit
 from builder.compile.toolchain import CcacheStats
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import (
+    EXIT_CONFLICT,
+    EXIT_FAILED,
+    EXIT_LOCKED,
+    EXIT_NOT_PROVEN,
+    EXIT_NOT_PROVEN_HERE,
+    EXIT_OK,
+    Outcome,
+)
 from builder.locking import project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
 from builder.project import Project
@@ -46,6 +54,12 @@ from builder.words import NEEDS
 
 NAME = "all"
 HELP = "the main job: fetch, apply, build, test and verify on the pin (default backend: cpu)"
+
+EXAMPLE = """example:
+  patchset all -j 8 --json all.json --junit all.xml
+  patchset all --plan                # what it would build and test, and in which order"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_NOT_PROVEN, EXIT_NOT_PROVEN_HERE, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,12 +9,18 @@ from builder.commands import jsonout
 from builder.compile.backends import PROFILES, TARGET_SETS
 from builder.compile.cmakebuild import BuildResult
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.prove.pipeline import run_build
 
 NAME = "build"
 HELP = "build the patched tree (minimal: ggml + test programs; full: the tree's own CMake with tests)"
+
+EXAMPLE = """example:
+  patchset build --backend cpu -j 8
+  patchset build --backend cuda --cuda-arch 90 --targets full"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

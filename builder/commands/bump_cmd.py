@@ -16,7 +16,16 @@ from builder.commands.verify_cmd import print_not_here, print_verdicts, verify_j
 from builder.compile.backends import PROFILES
 from builder.compile.testrun import MODES
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import (
+    EXIT_CONFLICT,
+    EXIT_FAILED,
+    EXIT_FIXED_UPSTREAM,
+    EXIT_LOCKED,
+    EXIT_NOT_PROVEN,
+    EXIT_NOT_PROVEN_HERE,
+    EXIT_OK,
+    Outcome,
+)
 from builder.orchestrate.bump import bump
 from builder.orchestrate.bump_plan import CONFLICT, FIXED, NOT_PROVEN, BumpOptions, BumpResult
 from builder.project import Project
@@ -25,6 +34,12 @@ from builder.prove.sweep_compare import sweep_dict
 NAME = "bump"
 HELP = ("move the series to a new upstream only if no patch's bug is fixed there, it rebases, builds, passes the "
         "regression sweep and every patch is proven there; else change nothing")
+
+EXAMPLE = """example:
+  patchset bump --onto b7100 -j 8 --json > bump.json
+  patchset bump --onto b7100 --drop-fixed          # drop what upstream fixed, then move"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_NOT_PROVEN, EXIT_FIXED_UPSTREAM, EXIT_NOT_PROVEN_HERE, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from builder.commands import jsonout
 from builder.commands.test_cmd import add_confirm, add_timeout
 from builder.commands.verify_cmd import check_lanes
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.fsutil import atomic_write_text
 from builder.locking import project_lock
 from builder.project import Project
@@ -24,6 +24,12 @@ from builder.upstream.pin import load_pin
 NAME = "canary"
 HELP = ("over the upstream commits after the pin, find by bisection the first commit where each patch stops "
         "applying (with --build/--test: building, or passing its test), and the newest where the whole series does")
+
+EXAMPLE = """example:
+  patchset canary --range ..b7100 --markdown canary.md
+  patchset canary --scan --json > canary.json"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

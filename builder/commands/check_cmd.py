@@ -8,7 +8,7 @@ from builder.commands import jsonout
 from builder.console import console
 from builder.deliver import evidence_facts
 from builder.deliver.readiness import strict_findings
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series import dropped
 from builder.series import resolutions as rr
@@ -18,6 +18,12 @@ from builder.series.trailers import deprecations
 NAME = "check"
 HELP = ("lint the series: missing, unlisted or duplicate patches, unparseable diffs, bad paths and trailers; "
         "the dropped-patch log (patches/dropped); the recorded conflict resolutions (patches/resolutions)")
+
+EXAMPLE = """example:
+  patchset check
+  patchset check --strict --json > check.json"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

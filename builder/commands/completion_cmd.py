@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from builder.errors import Outcome
+from builder.errors import EXIT_OK, Outcome
 
 NAME = "completion"
 HELP = ("print the shell completion script for bash or zsh, made from the command parser by argcomplete "
@@ -15,6 +15,9 @@ EXAMPLE = """example:
 NEEDS_PROJECT = False
 
 SHELLS = ("bash", "zsh")
+
+EXITS = (EXIT_OK,)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from builder.commands import jsonout
 from builder.console import console
 from builder.deliver import committed, committed_update
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.load import load_series
 from builder.upstream.pin import load_pin
@@ -16,6 +16,13 @@ from builder.upstream.pin import load_pin
 NAME = "evidence"
 HELP = ("commit the current series' evidence into docs/evidence/ with what made it (update), "
         "or find stale, hand-made and missing evidence there (check)")
+
+EXAMPLE = """example:
+  patchset evidence check
+  patchset verify --backend cpu && patchset evidence update
+  patchset evidence update --from .cudabuild/out    # a tools/gpu/run.sh output folder too"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

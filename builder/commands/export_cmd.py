@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from builder.commands import jsonout
 from builder.console import console
 from builder.deliver.layout import LAYOUTS
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 
 if TYPE_CHECKING:
@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 NAME = "export"
 HELP = ("write each patch as a pull-request package for upstream (mail, PR.md, ISSUE.md, gh commands) "
         "and check it against upstream's rules; never pushes, never runs gh")
+
+EXAMPLE = """example:
+  patchset export --check --author 'Ann Example <ann@example.org>'
+  patchset export --out upstream-prs --author 'Ann Example <ann@example.org>' 2 3"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from builder.commands import jsonout
 from builder.console import CliProgress, console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.apply import fetch
 from builder.upstream.fetch import export_bundle
@@ -16,6 +16,12 @@ from builder.upstream.pin import load_pin
 
 NAME = "fetch"
 HELP = "fetch the pinned upstream into the cache from the first source that works, and verify it"
+
+EXAMPLE = """example:
+  patchset fetch
+  patchset fetch --export-bundle pin.bundle    # for a machine without network: fetch --bundle pin.bundle there"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,12 +6,18 @@ import argparse
 
 from builder.commands import jsonout
 from builder.console import console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.orchestrate.gc import gc
 from builder.project import Project
 
 NAME = "gc"
 HELP = "remove temporary folders killed runs left, and verify's lane folders and refs unused for a limit"
+
+EXAMPLE = """example:
+  patchset gc --dry-run --older-than 30
+  patchset gc --broken"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,8 +10,9 @@ from urllib.parse import unquote, urlparse
 
 import builder
 from builder import proc
+from builder.commands import jsonout
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import default_cache_dir
 from builder.series.init import WORKFLOWS, init
 from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest
@@ -26,6 +27,9 @@ EXAMPLE = """example:
       --patchset-source git+https://github.com/OWNER/patchset@COMMIT
   cd myfork && patchset apply"""
 NEEDS_PROJECT = False
+
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the workflows install patchset from (it is not on the package index): "
                         "git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL (default: the git commit this "
                         "patchset was installed from, when its repository is on https)")
+    jsonout.add_option(p, "the new project")
 
 
 def run(args: argparse.Namespace, project: None) -> Outcome:
@@ -61,6 +66,9 @@ def run(args: argparse.Namespace, project: None) -> Outcome:
                      date=args.date or "", name=DEFAULT_NAME, repository=args.repository,
                      git_sources=())
     root = args.dir.resolve()
+    body = {"root": str(root), "commit": None, "tag": None, "ci": None, "patchset_source": None, "written": None,
+            "warnings": None}
+    jsonout.emit(args, "init", body)
     source = args.patchset_source or installed_source()
     if not source:
         raise InputError("init: cannot tell where CI should install patchset from (it is not on the package index, "
@@ -68,6 +76,10 @@ def run(args: argparse.Namespace, project: None) -> Outcome:
                          "--patchset-source git+https://HOST/OWNER/patchset@COMMIT or a wheel's https URL")
     ci = tuple(b.strip() for b in args.ci.split(",") if b.strip())
     result = init(root, req, default_cache_dir(), source, ci, args.bindings or "", CliProgress())
+    jsonout.emit(args, "init", {**body, "commit": result.commit, "tag": result.tag or None, "ci": list(ci),
+                                "patchset_source": source,
+                                "written": [str(f.relative_to(root)) for f in result.written],
+                                "warnings": list(result.warnings)})
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     for f in result.written:

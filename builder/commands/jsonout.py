@@ -26,7 +26,9 @@ FORMATS: dict[str, tuple[int, str, str]] = {
     # name: (version, the command that prints it, what the document holds)
     "status": (2, "status --json", "the pin, its source, the work repository and each patch's state"),
     "check": (2, "check [--strict] --json", "each patch of the series, each problem, and each deprecation as a line"),
-    "apply": (1, "apply --dry-run --json", "each patch's outcome on the pin, tried in a scratch index"),
+    "apply": (1, "apply [--dry-run|--continue|--abort] --json",
+              "each patch's outcome on the pin, tried in a scratch index (--dry-run) or applied: the commit it made, "
+              "or where it stopped at a conflict; the head of 'patched' and the backups saved"),
     "rebase": (1, "rebase --onto X [--dry-run] [--fixed-upstream] --json",
                "the old and new commit and each patch's outcome (with --fixed-upstream: its verdict there)"),
     "build": (1, "build --json", "the build's backend, targets, steps, ccache counters, first error and log"),
@@ -46,6 +48,21 @@ FORMATS: dict[str, tuple[int, str, str]] = {
     "refresh": (1, "refresh [--check] --json", "each patch file written or, with --check, each that differs"),
     "fetch": (1, "fetch --json", "the verified upstream: commit, tree, the source it came from, cached or not"),
     "gc": (1, "gc [--dry-run] --json", "what was (or would be) removed and what was left alone"),
+    "wheel": (1, "wheel --json", "the wheel and its provenance file, the version, the upstream and series it was "
+                                 "built from, the backend, seconds, compiles, ccache counters and each binding drift"),
+    "pin": (1, "pin --json", "the pin written (without --out: its text, in the document instead of on stdout): "
+                             "name, tag, commit, tree, date and sources"),
+    "init": (1, "init --json", "the new project: its folder, the pin's commit and tag, each file written, "
+                               "each warning"),
+    "slice": (1, "slice --json", "the tarball written: its path, the commit, its files and size"),
+    "new": (1, "new NAME --json", "the series after the new patch, the patch being edited, the recovery ref"),
+    "edit": (1, "edit N --json", "the patch checked out for editing, the series, the recovery ref"),
+    "mark": (1, "mark N STATE VALUE --json", "the trailer set on patch N, the series, the recovery ref"),
+    "drop": (1, "drop N --json", "the patch dropped, the series without it, the recovery ref"),
+    "move": (1, "move N --before M --json", "the patch moved, the series in its new order, the recovery ref"),
+    "import": (1, "import A..B|FILE --json", "the patches imported, the trailers each still needs, the series, the "
+                                            "recovery ref"),
+    "undo": (1, "undo --json", "the recovery ref gone back to, the series as it was, the recovery refs still kept"),
     "error": (1, "COMMAND --json", "what any command prints when an error stopped it before its own document: "
                                    "the envelope (`ok` false, the exit status, the error as a problem) and `command`"),
 }

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder.commands.series_view import print_edit
-from builder.errors import Outcome
+from builder.commands import jsonout
+from builder.commands.series_view import edit_json, listed, patch_at, print_edit
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.edit import move
 
@@ -15,12 +16,20 @@ HELP = ("put patch N just before patch M (numbers as they are now; M = the count
 EXAMPLE = """example:
   patchset move 4 --before 2"""
 
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("n", metavar="N", type=int, help="the patch to move (its number as `patchset status` shows it)")
     p.add_argument("--before", metavar="M", type=int, required=True, help="the patch it is to come before")
+    jsonout.add_option(p, "the patch moved and the series")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
-    print_edit(move(project, args.n, args.before))
+    head = {"n": args.n, "before": args.before, "patch": patch_at(listed(project), args.n)}
+    jsonout.emit(args, "move", {**head, **edit_json(None)})
+    result = move(project, args.n, args.before)
+    jsonout.emit(args, "move", {**head, **edit_json(result)})
+    print_edit(result)
     return Outcome.OK

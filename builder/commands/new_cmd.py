@@ -10,8 +10,9 @@ import tempfile
 from pathlib import Path
 
 from builder import proc
-from builder.commands.series_view import print_edit
-from builder.errors import InputError, Outcome
+from builder.commands import jsonout
+from builder.commands.series_view import edit_json, print_edit
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import Project
 from builder.series.edit import TEMPLATE_BODY, author_ident, new
 
@@ -23,6 +24,9 @@ EXAMPLE = """example:
   $EDITOR .patchset/work/llama.cpp/ggml/src/ggml.c   # the fix and its test
   patchset refresh"""
 
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME", help="the patch's subject line (the file name is made from it)")
@@ -31,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of an editor; '-' reads stdin")
     p.add_argument("--author", metavar="'NAME <EMAIL>'",
                    help="the patch's author (default: git's user outside the work repository)")
+    jsonout.add_option(p, "the new patch and the series")
 
 
 def _body(args: argparse.Namespace, project: Project) -> str:
@@ -57,6 +62,10 @@ def _body(args: argparse.Namespace, project: Project) -> str:
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
+    head = {"name": args.name}
+    jsonout.emit(args, "new", {**head, **edit_json(None)})
     author = author_ident(project, args.author or "")
-    print_edit(new(project, args.name, _body(args, project), author))
+    result = new(project, args.name, _body(args, project), author)
+    jsonout.emit(args, "new", {**head, **edit_json(result)})
+    print_edit(result)
     return Outcome.OK

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from builder.console import CliProgress, console
 from builder.deliver import carry
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.orchestrate import offline
 from builder.project import Project
 from builder.series.model import BACKENDS
@@ -23,6 +23,12 @@ RUN = ("there, from the carry folder: import the pin from its bundle, apply, and
        "the steps' files (test.json, verify.json, sweep-NAME.json, wheel-provenance.json, wheel-check.txt) into "
        "--out, for `patchset evidence update --from`")
 DEFAULTS = {"backend": "cuda", "cuda_arch": "90", "workers": 1, "deadline": 570.0, "verify_patches": ""}
+
+EXAMPLE = """examples:
+  patchset offline prepare --wheel               # .patchset/carry: copy it to the machine without network
+  patchset offline run --backend cuda --carry DIR main   # there: build, test and verify into .patchset/offline-out"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

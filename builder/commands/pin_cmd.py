@@ -5,18 +5,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.commands import options
+from builder.commands import jsonout, options
 from builder.console import CliProgress, console, err_console
-from builder.errors import InputError, Outcome, PinError
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome, PinError
 from builder.fsutil import atomic_write_text
 from builder.progress import NullProgress
 from builder.project import Project
 from builder.upstream.hold import held, load_holds
-from builder.upstream.pin import GitSource, dump_pin, load_pin
+from builder.upstream.pin import GitSource, Pin, dump_pin, load_pin
 from builder.upstream.pinwrite import DEFAULT_NAME, DEFAULT_REPOSITORY, PinRequest, make_pin
 
 NAME = "pin"
 HELP = "write a pin file for another upstream commit from its source: sha256 and tree id computed as fetch checks them"
+
+EXAMPLE = """example:
+  patchset pin --git https://github.com/ggml-org/llama.cpp b7100 --out next.toml
+  patchset rebase --onto next.toml"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,10 +38,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a git remote to list before an sdist source (default: the current pin's git sources)")
     p.add_argument("--out", type=Path, help="write the pin here (default: print it)")
     options.add_force(p, "pin", "an existing --out file")
+    jsonout.add_option(p, "the pin (without --out: its text in the document, not on stdout alone)")
+
+
+def _json(pin: Pin | None, out: Path | None, text: str | None, files: int | None = None,
+          from_cache: bool | None = None) -> dict:
+    """The document of `pin --json`: the pin's fields (null until it is made), where it went, its text."""
+    fields: dict[str, object] = {"name": None, "repository": None, "commit": None, "tree": None, "tag": None,
+                                 "date": None, "sources": None}
+    if pin is not None:
+        fields = {"name": pin.name, "repository": pin.repository, "commit": pin.commit, "tree": pin.tree,
+                  "tag": pin.tag or None, "date": pin.date or None,
+                  "sources": [{"kind": type(s).__name__.removesuffix("Source").lower(), **jsonout.plain(s)}
+                              for s in pin.sources]}
+    return {**fields, "out": None if out is None else str(out), "text": text, "files": files,
+            "from_cache": from_cache}
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     out: Path | None = args.out
+    jsonout.emit(args, "pin", _json(None, out, None))
     if out is not None:
         if out.resolve() == project.pin_file:
             raise InputError(f"--out {out}: that is the pin in use; move the series with "
@@ -63,11 +85,12 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         raise InputError(f"{hold_file}:{hold.line}: {pin.tag or pin.commit} is held ({hold.ref}: {hold.reason}); "
                          "no pin written")
     text = dump_pin(pin)
-    if out is None:
-        print(text, end="")
-    else:
+    if out is not None:
         atomic_write_text(out, text)
-    where = f"wrote {out}" if out else "pin printed above"
+    elif not args.json:
+        print(text, end="")
+    jsonout.emit(args, "pin", _json(pin, out, text, result.files, result.from_cache))
+    where = f"wrote {out}" if out else ("pin in the document" if args.json else "pin printed above")
     report = console if out else err_console
     report.print(f"{where}: {pin.name} {pin.tag or ''} commit {pin.commit} tree {pin.tree}"
                  + (f" ({result.files} files{', archive from the download cache' if result.from_cache else ''})"

@@ -9,7 +9,7 @@ from builder.commands.apply_cmd import print_outcomes
 from builder.commands.dryrun_view import print_dry_run, print_report
 from builder.commands.test_cmd import add_confirm
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome
 from builder.project import Project
 from builder.series.dryrun import Check, RebaseReport
 from builder.series.model import BACKENDS
@@ -19,6 +19,13 @@ NAME = "rebase"
 ONTO_HELP = ("a full commit id, a tag or a branch name of the pin's git remote (a tag is recorded in the "
              "new pin), or a pin file (.toml)")
 HELP = "move the series onto another upstream commit (or pin file), reporting every patch"
+
+EXAMPLE = """example:
+  patchset rebase --onto b7100 --dry-run
+  patchset rebase --onto b7100
+  patchset rebase --continue         # after resolving a conflict and `git add`"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from builder.commands import jsonout, options
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series.edit import finish_pending
@@ -15,6 +15,12 @@ from builder.series.scratch import CONTEXT_ONLY
 
 NAME = "refresh"
 HELP = "write patches/ back from the 'patched' branch (byte-stable)"
+
+EXAMPLE = """example:
+  patchset refresh
+  patchset refresh --check           # in CI: exit 1 when patches/ is not what refresh writes"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from builder.console import console
 from builder.deliver import report_page
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.load import load_series
 from builder.series.status import status
@@ -19,6 +19,9 @@ HELP = ("write the series at a glance as one static HTML page (DIR/index.html, n
 EXAMPLE = """examples:
   patchset report --html site                  # then open site/index.html (file:// works; no server)
   patchset canary --json > canary.json && patchset report --html site --canary canary.json"""
+
+EXITS = (EXIT_OK, EXIT_FAILED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,9 +1,35 @@
-"""What the series verbs print: the recovery ref left, the series now, the edit in progress."""
+"""What the series verbs print: the recovery ref left, the series now, the edit in progress (as text or JSON)."""
 
 from __future__ import annotations
 
 from builder.console import console
+from builder.project import Project
 from builder.series.journal import EditResult, Recovery
+from builder.series.load import read_series_file
+
+
+def listed(project: Project) -> list[str]:
+    """The patches the series file lists now, in order (none when it cannot be read: the verb says why)."""
+    return [e.name for e in read_series_file(project.series_file)[0]]
+
+
+def patch_at(names: list[str], n: int) -> str | None:
+    """The name of patch `n` (from 1) of `names`; None when there is no such patch."""
+    return names[n - 1] if 1 <= n <= len(names) else None
+
+
+def edit_json(result: EditResult | None) -> dict:
+    """The fields every series verb's document has: the series as the verb left it (null when it stopped
+    before changing anything), the patch being edited, its work tree, and the recovery ref left."""
+    if result is None:
+        return {"patches": None, "editing": None, "work_tree": None, "recovery": None}
+    return {"patches": [{"patch": name} for name in result.patches], "editing": result.editing or None,
+            "work_tree": None if result.work_tree is None else str(result.work_tree),
+            "recovery": result.recovery or None}
+
+
+def recovery_json(r: Recovery) -> dict:
+    return {"ref": r.ref, "commit": r.commit, "verb": r.verb, "patches": r.patches if r.patches >= 0 else None}
 
 
 def print_edit(result: EditResult) -> None:

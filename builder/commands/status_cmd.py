@@ -8,12 +8,18 @@ from rich.table import Table
 
 from builder.commands import jsonout
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.series.status import status
 
 NAME = "status"
 HELP = "show the pin, whether its source is verified, and each patch's state"
+
+EXAMPLE = """example:
+  patchset status
+  patchset status --json > status.json"""
+EXITS = (EXIT_OK, EXIT_FAILED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,12 +13,18 @@ from builder.compile.backends import PROFILES, TARGET_SETS
 from builder.compile.reports import report_dict, write_junit
 from builder.compile.testrun import CRASHED, DEFAULT_TIMEOUT_S, FAILED, MODES, NOT_LOADED, NOTHING, TestReport
 from builder.console import console
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 from builder.prove.pipeline import run_tests
 
 NAME = "test"
 HELP = "run test-opt, test-backend-ops and the series' own tests on a build, and summarise them"
+
+EXAMPLE = """example:
+  patchset test --backend cpu --ops ADD,MUL_MAT
+  patchset test --against upstream --json sweep.json   # what the series changed, case by case"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

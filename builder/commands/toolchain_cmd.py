@@ -8,12 +8,17 @@ from pathlib import Path
 
 from builder.compile import objc_toolchain
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_OK, InputError, Outcome
 from builder.project import Project
 
 NAME = "toolchain"
 HELP = ("build a toolchain the project needs into the patchset cache, or reuse it: `objc` is libobjc2, "
         "GNUstep make and GNUstep base for running Objective-C on Linux")
+
+EXAMPLE = """example:
+  patchset toolchain objc --jobs 4"""
+EXITS = (EXIT_OK, EXIT_FAILED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

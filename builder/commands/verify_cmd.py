@@ -13,7 +13,7 @@ from builder.commands import jsonout, options
 from builder.commands.test_cmd import add_confirm, add_timeout
 from builder.compile.backends import PROFILES
 from builder.console import CliProgress, console
-from builder.errors import InputError, Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_NOT_PROVEN, EXIT_NOT_PROVEN_HERE, EXIT_OK, InputError, Outcome
 from builder.project import Project
 from builder.prove import backends_doc
 from builder.prove.hunks import CAUGHT, EXEMPT, NOT_BUILT, UNGUARDED, summarize
@@ -25,6 +25,13 @@ from builder.words import PROVEN
 
 NAME = "verify"
 HELP = "prove each patch known-positive: its tests fail without the fix and pass with it (writes evidence)"
+
+EXAMPLE = """example:
+  patchset verify --backend cpu -j 8
+  patchset verify --plan             # the trees it would build and test
+  patchset verify --report --markdown"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_NOT_PROVEN, EXIT_NOT_PROVEN_HERE, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

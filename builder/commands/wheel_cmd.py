@@ -6,13 +6,20 @@ import argparse
 from pathlib import Path
 
 from builder import proc
+from builder.commands import jsonout
 from builder.console import CliProgress, console, err_console
 from builder.deliver import WHEEL_BACKENDS
-from builder.errors import Outcome
+from builder.errors import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, Outcome
 from builder.project import Project
 
 NAME = "wheel"
 HELP = "build llama-cpp-python on the committed patched tree, with its provenance inside"
+
+EXAMPLE = """example:
+  patchset wheel --backend cpu --out dist
+  pip install dist/llama_cpp_python-*.whl"""
+EXITS = (EXIT_OK, EXIT_FAILED, EXIT_LOCKED)
+"""The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cmake-arg", action="append", default=[], metavar="-DNAME=VALUE",
                    help="one more CMake option for the tree (repeatable); recorded in the provenance")
     p.add_argument("--no-ccache", action="store_true", help="do not use ccache even when it is installed")
+    jsonout.add_option(p, "the wheel, its provenance and the build")
 
 
 def run(args: argparse.Namespace, project: Project) -> Outcome:
@@ -47,13 +55,24 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         no_common=args.no_common,
         cuda_arch=args.cuda_arch, cmake_args=tuple(args.cmake_arg), use_ccache=not args.no_ccache,
     )
+    body = {"backend": args.backend, "wheel": None, "provenance_file": None, "version": None, "upstream": None,
+            "series": None, "seconds": None, "compiled": None, "ccache": None, "log": None, "drift": None}
+    jsonout.emit(args, "wheel", body)
     r = build_wheel(project, options, CliProgress())
     p = r.prepared
+    up = p.provenance["upstream"]
+    jsonout.emit(args, "wheel", {
+        **body, "backend": p.provenance["backend"], "wheel": r.wheel, "provenance_file": r.provenance_file,
+        "version": p.version, "upstream": {"name": up["name"], "tag": up["tag"] or None, "commit": up["commit"]},
+        "series": {"count": p.provenance["series"]["count"]}, "seconds": round(r.duration_s, 3),
+        "compiled": r.compiled, "log": r.log,
+        "ccache": None if r.ccache is None else {"hits": r.ccache.hits, "misses": r.ccache.misses},
+        "drift": [{"function": d.function, "problem": d.problem, "header": d.header, "bindings": d.bindings or None}
+                  for d in p.drift]})
     for d in p.drift:
         err_console.print(f"warning: binding drift: {d.function}: {d.problem}", highlight=False, markup=False)
         err_console.print(f"  header:   {d.header}", highlight=False, markup=False)
         err_console.print(f"  bindings: {d.bindings or '-'}", highlight=False, markup=False)
-    up = p.provenance["upstream"]
     console.print(f"wheel: {r.wheel}", highlight=False)
     console.print(f"  version {p.version}: {up['name']} {up['tag']} {up['commit'][:12]} + "
                   f"{p.provenance['series']['count']} patch(es), backend {p.provenance['backend']}", highlight=False)

@@ -8,19 +8,33 @@ above their fence, and they are few."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from helpers import REPO_ROOT, Upstream, commit, git, make_upstream, patchset_argv, pin_toml, write_patches
+from helpers import (
+    REPO_ROOT,
+    Upstream,
+    commit,
+    git,
+    json_document,
+    make_upstream,
+    patchset_argv,
+    pin_toml,
+    write_patches,
+)
 
+from builder.cli import build_parser
 from builder.series.load import load_series
 from builder.upstream.pin import load_pin
 from tests.test_cli_pipeline import CALC_C, CALC_H, program
 
 GUIDE = REPO_ROOT / "docs" / "guide.md"
+SHIM = Path(__file__).with_name("guide_shim.py")
 SKIP = re.compile(r"<!-- guide-test: skip \((?P<why>[^)]+)\) -->\s*$")
 MAX_SKIPPED = 3
 
@@ -41,6 +55,23 @@ def blocks(text: str) -> list[tuple[str, str]]:
             found.append(("\n".join(lines[i + 1:j]) + "\n", m["why"] if m else ""))
             i = j
         i += 1
+    return found
+
+
+def json_verbs() -> list[str]:
+    """Each command of the CLI that takes `--json` ("wheel", "evidence check"), from its parser: the
+    flag (`--json`) and the optional file (`--json [FILE]`) alike."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    walk(p, f"{name} {sub}".strip())
+            elif "--json" in action.option_strings:
+                found.append(name)
+
+    walk(build_parser(), "")
     return found
 
 
@@ -106,8 +137,10 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     day.mkdir()
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "patchset").write_text("#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in patchset_argv()) + ' "$@"\n')
+    # patchset, with --json added where the guide does not read the output (tests/guide_shim.py)
+    (bindir / "patchset").write_text(f"#!/bin/sh\nexec '{sys.executable}' '{SHIM}' \"$@\"\n")
     (bindir / "patchset").chmod(0o755)
+    log, docs = tmp_path / "guide.log", tmp_path / "json"
     script = ["set -euo pipefail"]
     for n, (code, why) in enumerate(all_blocks, 1):
         script.append(f"echo '### guide block {n}'" + (" '(skipped)'" if why else ""))
@@ -116,11 +149,14 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UPSTREAM": up.url, "REF": "b1",
            "SERIES": str(series), "FORK": str(fork), "NEW": "b2", "LATER": "b3",
            "PATCHSET_SOURCE": "git+https://example.org/owner/patchset@" + "0" * 40,
-           "EDITOR": "false", "VISUAL": "false"}
+           "EDITOR": "false", "VISUAL": "false",
+           "GUIDE_PATCHSET_ARGV": json.dumps(patchset_argv()), "GUIDE_JSON_VERBS": json.dumps(json_verbs()),
+           "GUIDE_LOG": str(log), "GUIDE_JSON_DIR": str(docs)}
     env.pop("PATCHSET_STATE", None)
-    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, capture_output=True, text=True,
-                       check=False, timeout=600)
-    out = r.stdout + r.stderr
+    with log.open("w") as fh:  # stdout and stderr in one file, as a terminal shows them
+        r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=day, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                           check=False, timeout=600)
+    out = log.read_text()
     assert r.returncode == 0, f"the guide stopped (exit {r.returncode}) at:\n{out[-4000:]}"
     # what the guide promises: a sixth patch, proven, on the new upstream, marked sent, committed
     # the project `patchset init` made, the fork's five commits imported
@@ -144,4 +180,22 @@ def test_the_guide_runs(tmp_path: Path) -> None:
     assert git(fork, "status", "--porcelain") == ""
     assert (day / "team" / ".patchset" / "work" / "llama.cpp").is_dir()
     assert len(list((day / "myfork" / ".github" / "workflows").glob("patchset*.yml"))) == 3
-    assert sys.executable  # the patchset the shim runs is this interpreter's
+    # every call that takes --json printed one document, of the one schema, with the call's exit status
+    calls = sorted(docs.glob("*.call"))
+    formats = set()
+    for call in calls:
+        got = json.loads(call.read_text())
+        doc = json_document(call.with_suffix(".json").read_text())
+        assert doc["exit"] == got["exit"], (call.name, got, doc["problems"])
+        formats.add(doc["format"].split("/")[0].removeprefix("patchset-"))
+    assert {"init", "import", "apply", "verify", "rebase", "canary", "mark", "drop", "export", "status", "check",
+            "refresh", "new", "edit", "move", "undo"} <= formats, formats
+    # the move by tag: its document names the tag's commit
+    onto = [json.loads(c.with_suffix(".json").read_text()) for c in calls
+            if json.loads(c.read_text())["args"] == ["rebase", "--onto", "b2"]]
+    assert len(onto) == 1 and onto[0]["ok"] and onto[0]["new"] == new, onto
+    # where a command's output is read (a pipe), it is patchset's own, without --json
+    piped = subprocess.run([str(bindir / "patchset"), "status"], cwd=fork, env=env, capture_output=True, text=True,
+                           check=False)
+    assert piped.returncode == 0 and piped.stdout.startswith("pin: llama.cpp b3 "), piped.stdout + piped.stderr
+    assert len(list(docs.glob("*.call"))) == len(calls)

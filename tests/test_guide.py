@@ -3,8 +3,10 @@ upstream laid out like llama.cpp with release tags (b1, b2, b3). A new user star
 `patchset init` on the tag b1, imports their fork's five commits, adds a sixth patch (a fix with its
 test and a mutation), proves it, edits it, drops a patch with a reason and takes it back, moves the
 series to b2 by tag, maps b2..b3 with canary, resolves the conflict b3 brings, exports the patch and
-marks it sent. The blocks that cannot run here are marked `<!-- guide-test: skip (why) -->` just
-above their fence, and they are few."""
+marks it sent, then builds the release wheel from a small sdist shaped like llama-cpp-python's (no
+network) and installs it. The blocks that cannot run here are marked `<!-- guide-test: skip (why) -->`
+just above their fence, and they are few. Each patchset call whose output the guide does not read
+runs with `--json` as well (tests/guide_shim.py), and each document is checked against the one schema."""
 
 from __future__ import annotations
 

@@ -4,14 +4,17 @@ local bare repository: no network)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import Proj, Upstream, git, json_document
+from helpers import UPSTREAM_FILES, Proj, Upstream, git, json_document, make_project, make_sdist, sha256
 
 from builder.cli import main
+from builder.errors import SourceError
 from builder.series.apply import apply
-from builder.upstream.pin import load_pin
+from builder.upstream import fetch
+from builder.upstream.pin import GitSource, SdistSource, load_pin
 from tests.test_bump import make_mini
 
 
@@ -40,6 +43,29 @@ def test_rebase_onto_a_tag_records_it_in_the_pin(proj: Proj, capsys: pytest.Capt
     assert (pin.commit, pin.tag, pin.tree) == (new, "b2", proj.upstream.tree_of(new))
     assert proj.wgit("rev-parse", "upstream") == new
     assert ps(proj, "refresh", "--check") == 0
+
+
+def test_a_move_keeps_the_bindings_sdist_which_cannot_give_the_new_pin(
+        tmp_path: Path, up: Upstream, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the pin as `init --bindings` writes it: the git source, then the bindings' sdist that vendors the pin
+    # (here with a tree of its own, as a mirror known to differ would record it)
+    sdist = make_sdist(tmp_path / "dl" / "llama_cpp_python-1.0.tar.gz", dict(UPSTREAM_FILES),
+                       subdir="vendor/llama.cpp")
+    proj = make_project(tmp_path, up, cache_dir, sources=[
+        {"kind": "git", "url": up.url},
+        {"kind": "sdist", "url": sdist.as_uri(), "sha256": sha256(sdist), "subdir": "vendor/llama.cpp",
+         "tree": up.tree}])
+    apply(proj.project)
+    new = up.advance({"README": "tiny upstream, b2\n"}, "upstream b2\n")
+    tag(up, "b2", new)
+    assert ps(proj, "rebase", "--onto", "b2") == 0, capsys.readouterr()
+    pin = load_pin(proj.project.pin_file)
+    # `patchset wheel` still finds the bindings; the sdist names no tree: the new pin's is the one it must give
+    assert pin.sources == (GitSource(up.url), SdistSource(sha256=sha256(sdist), subdir="vendor/llama.cpp",
+                                                          url=sdist.as_uri()))
+    # and it cannot give it: its files are the old commit's
+    with pytest.raises(SourceError, match="no source gave verified"):
+        fetch.fetch(tmp_path / "fresh-cache", dataclasses.replace(pin, sources=pin.sources[1:]))
 
 
 def test_rebase_onto_a_branch_records_no_tag(proj: Proj, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,7 +32,7 @@ from builder.series.workrepo import (
 )
 from builder.upstream import fetch as upstream
 from builder.upstream.fetch import merge_shallow
-from builder.upstream.pin import GitSource, Pin, dump_pin, load_pin, write_pin
+from builder.upstream.pin import GitSource, Pin, SdistSource, dump_pin, load_pin, write_pin
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,12 @@ def write_report(project: Project, old_pin: Pin, new_pin: Pin, outcomes: tuple[P
 
 def target_pin(current: Pin, onto: str) -> Pin:
     """The pin to move to: a pin file, a commit id of the current pin's git remotes, or a tag or
-    branch name of theirs (a tag is recorded in the new pin)."""
+    branch name of theirs (a tag is recorded in the new pin).
+
+    Its sources are the current pin's git remotes, then its sdists: the bindings `patchset wheel`
+    builds from (`init --bindings`), kept, each without a tree of its own. An sdist vendors the old
+    commit, so as a source of the new pin it fails verification, never passes for it (as the
+    bindings `init` records when they vendor another tree)."""
     path = Path(onto)
     if path.suffix == ".toml" or path.is_file():
         return load_pin(path)
@@ -101,7 +106,9 @@ def target_pin(current: Pin, onto: str) -> Pin:
         named = refname.resolve(current, onto, "--onto")
         commit, tag = named.commit, named.tag
     # the tree is not known yet: it is taken from the fetched commit, which its id verifies
-    return dataclasses.replace(current, commit=commit, tag=tag, date="", tree="", tree_note="", sources=gits)
+    sdists = tuple(dataclasses.replace(s, tree="") for s in current.sources if isinstance(s, SdistSource))
+    return dataclasses.replace(current, commit=commit, tag=tag, date="", tree="", tree_note="",
+                               sources=gits + sdists)
 
 
 def rebase(project: Project, onto: str, check: Check | None = None,

@@ -509,8 +509,10 @@ def real_pin_moved_on(cache: Path, dest: Path, mails: list[Path]) -> list[Path]:
     fetched = upstream.fetch(cache, pin)
     repo = init_repo(dest / "upstream.git", bare=True)
     (repo.path / "objects" / "info" / "alternates").write_text(f"{(fetched.repo / 'objects').resolve()}\n")
-    # the pin is upstream's own commit without its parents: a fetch from here must not walk to them
-    upstream.merge_shallow(fetched.repo, repo.path)
+    # the pin is upstream's own commit without its parents: a fetch from here must not walk to them. Only the
+    # pin: a warm cache also holds, each without its parents, the commits made here by an earlier run (fetched
+    # as pins), which would cut this upstream's own history where it makes them again
+    (repo.path / "shallow").write_text(f"{fetched.commit}\n")
     index = {"GIT_INDEX_FILE": str(dest / "index")}
     who = {f"GIT_{role}_{what}": value for role in ("AUTHOR", "COMMITTER")
            for what, value in (("NAME", "upstream"), ("EMAIL", "upstream@invalid"),

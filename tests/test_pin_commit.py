@@ -89,6 +89,22 @@ def test_dry_run_and_canary_read_the_history_on_top_of_the_sdist_pin(pinned: Pro
     assert broken.broken_at is not None and broken.broken_at.id == merged and broken.kind == KIND_UPSTREAM
 
 
+def test_a_commit_an_earlier_dry_run_fetched_alone_does_not_cut_the_history_of_a_later_one(
+        pinned: Proj, cache_dir: Path) -> None:
+    """A dry run onto the commit that merged patch 2 leaves that commit in the cache without its parents; a
+    later dry run onto a newer commit still reads the history through it, and names it merged as."""
+    up = pinned.upstream
+    merged = up.advance({"src/b.c": PATCH2_B_C}, "b: take the fix\n")
+    dry_run_rebase(pinned.project, merged, checker(pinned.project, _missing_backend()))
+    newer = up.advance({"README": "moved\n"}, "readme\n")
+
+    report = dry_run_rebase(pinned.project, newer, checker(pinned.project, _missing_backend()))
+
+    rows = {p.patch: p for p in report.patches}
+    assert rows[pinned.series()[1]].merged_as == merged
+    assert all(not p.merged_unchecked for p in report.patches), [p.merged_unchecked for p in report.patches]
+
+
 def test_where_history_is_missing_the_row_says_merged_as_was_not_checked(
         pinned: Proj, tmp_path: Path, cache_dir: Path) -> None:
     """The new pin from an sdist alone: its commit is upstream's, but nothing before it is here."""

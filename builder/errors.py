@@ -77,6 +77,8 @@ class PatchsetError(Exception):
     """Root of every error patchset raises on purpose."""
 
     exit_code = EXIT_USAGE
+    patch: str | None = None
+    """The patch the error is about, where it is about one (a --json document's problem names it)."""
 
 
 class InputError(PatchsetError):

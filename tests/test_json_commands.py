@@ -99,6 +99,27 @@ def test_apply_prints_what_it_applied_and_where_it_stopped(proj: Proj, capsys: p
     run.ran_what_runs_says("test_apply_prints_what_it_applied_and_where_it_stopped")
 
 
+def test_a_rebase_stopped_at_a_conflict_prints_its_own_document(proj: Proj,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 3 of a rebase is the rebase's document, not the error one: the patches moved before the conflict,
+    the one it stopped at with its file, and the problem naming that patch."""
+    from tests.test_rebase import _advance_with_conflict  # noqa: PLC0415 (that module's upstream history)
+
+    run = Runner(proj.root, capsys)
+    run("apply", "apply", "--json")
+    new = _advance_with_conflict(proj)
+    doc = run("rebase", "rebase", "--onto", new, "--json", code=3)
+    assert (doc["old"], doc["new"], doc["dry_run"]) == (proj.upstream.commit, new, False)
+    first, row = doc["patches"]
+    assert (first["index"], first["patch"]) == (1, STANDARD_NAMES[0])
+    assert (row["index"], row["patch"], row["outcome"], row["files"]) == (2, STANDARD_NAMES[1], "conflict",
+                                                                          ["src/b.c"])
+    (problem,) = doc["problems"]
+    assert problem["patch"] == STANDARD_NAMES[1] and "rebase --continue" in problem["message"]
+    doc = run("rebase", "rebase", "--abort", "--json")
+    assert doc["aborted"] is True and doc["old"] == proj.upstream.commit and doc["patches"] == []
+
+
 def test_series_verbs_print_the_series_they_leave(proj: Proj, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     run = Runner(proj.root, capsys)

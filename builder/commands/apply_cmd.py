@@ -42,7 +42,7 @@ def print_outcomes(outcomes: tuple[PatchOutcome, ...] | list[PatchOutcome]) -> N
         console.print(f"  {i:>3} {o.name}: {o.outcome}", highlight=False)
 
 
-def _pin_commit(project: Project) -> str:
+def pin_commit(project: Project) -> str:
     """The pin's commit for the document ('' when the pin cannot be read: the apply says why; --abort needs none)."""
     try:
         return load_pin(project.pin_file).commit
@@ -54,13 +54,22 @@ def _row(o: PatchOutcome) -> dict:
     return {"patch": o.name, "outcome": o.outcome, "commit": o.commit or None, "resolutions": list(o.resolutions)}
 
 
+def stopped_rows(project: Project, stop: StoppedOnConflict) -> list[dict]:
+    """A sequence stopped at a conflict (apply, rebase): the patches applied before it, then the one it stopped at."""
+    op = WorkRepo(project.work_repo).load_state().op
+    c = stop.info
+    return [*(_row(o) for o in (op.named(op.done) if op else ())),
+            {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None, "resolutions": [],
+             "files": list(c.conflicted), "hunks": list(c.failed)}]
+
+
 def run(args: argparse.Namespace, project: Project) -> Outcome:
     if args.dry_run:
         if args.force:
             raise InputError("--dry-run changes nothing: --force has no meaning with it")
         return print_dry_run(dry_run_apply(project), args, "apply", "on the pin")
     # until the apply ends, its document says nothing was applied (an error is its problem)
-    body = {"dry_run": False, "old": "", "new": _pin_commit(project) if args.json else "", "patches": [],
+    body = {"dry_run": False, "old": "", "new": pin_commit(project) if args.json else "", "patches": [],
             "head": None, "noop": None, "aborted": bool(args.abort), "backups": []}
     jsonout.emit(args, "apply", body)
     if args.abort:
@@ -71,13 +80,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     try:
         result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
     except StoppedOnConflict as e:
-        # the patches applied before it, then the one it stopped at
-        op = WorkRepo(project.work_repo).load_state().op
-        c = e.info
-        jsonout.emit(args, "apply", {**body, "patches": [
-            *(_row(o) for o in (op.named(op.done) if op else ())),
-            {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None, "resolutions": [],
-             "files": list(c.conflicted), "hunks": list(c.failed)}]})
+        jsonout.emit(args, "apply", {**body, "patches": stopped_rows(project, e)})
         raise
     jsonout.emit(args, "apply", {**body, "new": result.upstream, "head": result.head or None, "noop": result.noop,
                                  "backups": list(result.backups), "patches": [_row(o) for o in result.outcomes]})

@@ -150,7 +150,9 @@ def problem_of(obj: Any) -> dict:
     if isinstance(obj, dict) and "message" in obj:
         return problem(obj["message"], file=obj.get("file"), line=obj.get("line"), patch=obj.get("patch"),
                        rule=obj.get("rule"))
-    if isinstance(obj, BaseException | str) or not dataclasses.is_dataclass(obj):
+    if isinstance(obj, BaseException):
+        return problem(str(obj), patch=getattr(obj, "patch", None))
+    if isinstance(obj, str) or not dataclasses.is_dataclass(obj):
         return problem(str(obj))
     fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     message = str(fields.get("message", fields.get("what", obj)))

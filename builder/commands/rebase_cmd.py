@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from builder.commands import jsonout
-from builder.commands.apply_cmd import print_outcomes
+from builder.commands.apply_cmd import pin_commit, print_outcomes, stopped_rows
 from builder.commands.dryrun_view import print_dry_run, print_report
 from builder.commands.test_cmd import add_confirm
 from builder.console import CliProgress, console
@@ -14,6 +14,7 @@ from builder.project import Project
 from builder.series.dryrun import Check, RebaseReport
 from builder.series.model import BACKENDS
 from builder.series.rebase import abort_rebase, continue_rebase, dry_run_rebase, rebase, skip_rebase
+from builder.series.workrepo import StoppedOnConflict, WorkRepo
 
 NAME = "rebase"
 ONTO_HELP = ("a full commit id, a tag or a branch name of the pin's git remote (a tag is recorded in the "
@@ -76,16 +77,26 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         return print_dry_run(dry_run_rebase(project, args.onto, _check(args, project)), args, "rebase", "onto")
     if args.abort:
         abort_rebase(project)
+        jsonout.emit(args, "rebase", {"old": pin_commit(project), "new": None, "dry_run": False, "patches": [],
+                                      "aborted": True})
         console.print("rebase aborted; pin, patches/ and the work repository are as before")
         return Outcome.OK
-    if args.cont:
-        result = continue_rebase(project)
-    elif args.skip:
-        result = skip_rebase(project)
-    elif args.onto:
-        result = rebase(project, args.onto, _check(args, project))
-    else:
+    if not (args.cont or args.skip or args.onto):
         raise InputError("rebase needs --onto COMMIT|TAG|PIN_FILE (or --continue / --skip / --abort)")
+    try:
+        if args.cont:
+            result = continue_rebase(project)
+        elif args.skip:
+            result = skip_rebase(project)
+        else:
+            result = rebase(project, args.onto, _check(args, project))
+    except StoppedOnConflict as e:
+        # its own document on exit 3 too: the patches moved before it, then the one it stopped at
+        op = WorkRepo(project.work_repo).load_state().op
+        new = op.new_upstream if op and op.new_upstream else None
+        jsonout.emit(args, "rebase", {"old": pin_commit(project), "new": new, "dry_run": False,
+                                      "patches": stopped_rows(project, e)})
+        raise
     if result.report is None:
         print_outcomes(result.outcomes)
         jsonout.emit(args, "rebase", {"old": result.old_pin.commit, "new": result.new_pin.commit, "dry_run": False,

@@ -82,6 +82,7 @@ def _conflict_message(c: ConflictInfo) -> str:
 class StoppedOnConflict(ConflictError):
     def __init__(self, info: ConflictInfo, workdir: Path) -> None:
         self.info = info
+        self.patch = info.name
         super().__init__(_conflict_message(info) + f"\n  work tree: {workdir}")
 
 

@@ -41,6 +41,8 @@ def test_rebase_onto_a_tag_records_it_in_the_pin(proj: Proj, capsys: pytest.Capt
     pin = load_pin(proj.project.pin_file)
     # the annotated tag's commit (not the tag object), its name kept, the tree of the fetched commit
     assert (pin.commit, pin.tag, pin.tree) == (new, "b2", proj.upstream.tree_of(new))
+    # and the commit's own date, as `patchset pin` records it (a wheel's provenance and timestamps read it)
+    assert pin.date == git(proj.upstream.src, "show", "-s", "--format=%cI", new)[:10]
     assert proj.wgit("rev-parse", "upstream") == new
     assert ps(proj, "refresh", "--check") == 0
 

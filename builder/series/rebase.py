@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.errors import InputError, WorkTreeError
 from builder.fsutil import atomic_write_text
-from builder.gitrepo import ISOLATED
+from builder.gitrepo import ISOLATED, GitRepo
 from builder.locking import project_lock
 from builder.project import Project
 from builder.series import dryrun, movesnap, refname, scratch
@@ -138,6 +138,10 @@ def rebase(project: Project, onto: str, check: Check | None = None,
         if not new_pin.tree:
             note = f"Tree of commit {new_pin.commit} as fetched from {fetched.source}."
             new_pin = dataclasses.replace(new_pin, tree=fetched.tree, tree_note=note)
+        if not new_pin.date:
+            # the commit's own date, as `patchset pin --git` records it (the wheel's provenance and timestamps read it)
+            date = GitRepo(fetched.repo).out("show", "-s", "--format=%cI", fetched.commit)[:10]
+            new_pin = dataclasses.replace(new_pin, date=date)
         old_base = work.git.out("rev-parse", UPSTREAM)
         unknown = sorted(leave_out - {p.name for p in series.patches})
         if unknown:

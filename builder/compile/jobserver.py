@@ -6,7 +6,9 @@ a token from the fifo for each further one. One pool of N slots (N-1 tokens in t
 implicit slot this process holds) bounds every ninja of a run together, however many trees build
 at once. A lane of the scheduler takes a slot (`slot()`) for as long as it builds or tests a tree:
 its ninja's implicit job runs on that slot. A test program's threads use every core (and ggml's
-spin while they wait for each other): one runs at a time (`alone()`).
+spin while they wait for each other): one runs at a time (`alone()`), and while it runs it holds
+every token the other lanes' builds give back, so their ninjas start no further job beside it
+(each keeps its implicit one).
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ TOKEN = b"+"
 
 
 class Jobserver:
-    """A fifo jobserver of `slots` slots (at least 1); close() removes the fifo."""
+    """A fifo jobserver of `slots` slots (at least 1) shared by `lanes` lanes; close() removes the fifo."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, lanes: int = 1) -> None:
         self.slots = max(1, slots)
+        self.spare = max(0, self.slots - max(1, lanes))
+        """The tokens beyond the lanes' own slots: what their builds' further jobs run on, and all a test
+        program holds (a lane giving its slot back between two chains finds it in the pool)."""
         self._dir = Path(tempfile.mkdtemp(prefix="patchset-jobserver-"))
         self.fifo = self._dir / "fifo"
         os.mkfifo(self.fifo, 0o600)
@@ -75,9 +80,45 @@ class Jobserver:
     def alone(self) -> Iterator[None]:
         """One test program at a time among the lanes, each on its lane's slot: a test program's
         threads use every core and ggml's spin while they wait for each other, so two at once run
-        many times slower (measured on 16 cores). Builds of other lanes go on meanwhile."""
+        many times slower (measured on 16 cores). Builds of other lanes go on meanwhile, each on its
+        lane's slot alone: the tokens in the pool, and those their jobs give back while the program
+        runs, are held until it ends (taken as they come, never waited for)."""
         with self._alone:
-            yield
+            held = [0]
+            done = threading.Event()
+            drainer = threading.Thread(target=self._hold_tokens, args=(held, done), daemon=True,
+                                       name="patchset-jobserver-test")
+            drainer.start()
+            try:
+                yield
+            finally:
+                done.set()
+                drainer.join()
+                if held[0] and not self._closed:
+                    os.write(self._fd, TOKEN * held[0])
+
+    def _hold_tokens(self, held: list[int], done: threading.Event) -> None:
+        """Read tokens from the fifo as they come, into `held[0]` (at most `spare`), until `done`."""
+        while not done.is_set():
+            ready, _, _ = select.select([self._fd], [], [], 0.05)
+            if not ready:
+                continue
+            if held[0] >= self.spare:
+                done.wait(0.05)
+                continue
+            try:
+                held[0] += len(os.read(self._fd, self.spare - held[0]))
+            except BlockingIOError:  # another reader took it first
+                continue
+
+    def free_tokens(self) -> int:
+        """The tokens in the pool now (read and put back: for tests and diagnostics)."""
+        try:
+            got = os.read(self._fd, self.slots)
+        except BlockingIOError:
+            return 0
+        os.write(self._fd, got)
+        return len(got)
 
     def close(self) -> None:
         if not self._closed:

@@ -53,14 +53,15 @@ class Checker:
 
     def many(self, git: GitRepo, patch: Patch, trees: list[str]) -> list[tuple[str, str]]:
         """Each of `trees` checked, in up to `lanes` lanes at once (the results in the order of `trees`)."""
-        with Jobserver(self.jobs or os.cpu_count() or 1) as pool:
+        lanes = min(self.lanes, len(trees))
+        with Jobserver(self.jobs or os.cpu_count() or 1, lanes) as pool:
             sinks: dict[int, ProgressSink] = {}
 
             def work(lane: int, tree: str) -> tuple[str, str]:
                 sink = sinks.setdefault(lane, self.progress.lane())
                 return self._check(git, patch, tree, lane, sink, pool.makeflags, pool.alone)
 
-            return schedule.run_lanes(trees, min(self.lanes, len(trees)), work, pool=pool)
+            return schedule.run_lanes(trees, lanes, work, pool=pool)
 
     def _check(self, git: GitRepo, patch: Patch, tree: str, lane: int, sink: ProgressSink, jobserver: str | None,
                gate: Callable[[], AbstractContextManager[object]]) -> tuple[str, str]:

@@ -81,6 +81,37 @@ def test_the_evidence_of_a_verify_that_finished_is_copied(proj: Proj, tmp_path: 
     assert "== verify: exit 6 in 0s" in log
 
 
+def test_verify_json_holds_the_patches_this_verify_ran_on_alone(proj: Proj, tmp_path: Path) -> None:
+    """A machine kept between runs still has an earlier run's evidence of another patch: this run's verify.json,
+    which its record says `verify ... 2` made, holds patch 2's only (the H200 runs of 2026-12-05 had patch 4's
+    evidence of the run before in the run of patch 3)."""
+    r = runner(proj.project, tmp_path, "exit 0", deadline=60)
+    first, second = (n.removesuffix(".patch") for n in proj.series()[:2])
+    for stem in (first, second):
+        (proj.project.evidence_dir / stem).mkdir(parents=True, exist_ok=True)
+        (proj.project.evidence_dir / stem / "cpu.json").write_text(f'{{"outcome": "proven", "of": "{stem}"}}')
+    r.options = dataclasses.replace(r.options, verify_patches=("2",))
+    r.verify_step()
+    assert json.loads((r.out / "verify.json").read_text())["patches"] == {second: {"outcome": "proven", "of": second}}
+    assert r.ledger[-1].command == "patchset verify --backend cpu 2"
+
+
+def test_evidence_update_takes_from_a_verify_json_the_patches_its_command_ran_on(proj: Proj) -> None:
+    """An output of an earlier run (or of run.sh, which copied every record there) holds records of patches its
+    recorded verify did not run on: `evidence update --from` takes those of the command's patches only."""
+    from builder.deliver.committed_update import verified_patches  # noqa: PLC0415
+    from builder.series.load import load_series  # noqa: PLC0415
+
+    series = load_series(proj.project.patches_dir)
+    stems = [n.removesuffix(".patch") for n in proj.series()]
+    assert verified_patches("patchset verify --backend cuda --cuda-arch 90 3", series) == {stems[2]}
+    assert verified_patches(f"patchset verify --backend cpu --hunks 1 {proj.series()[1]}", series) == set(stems[:2])
+    # every patch, or a command it does not know the shape of: every record, as before
+    assert verified_patches("patchset verify --backend cuda --cuda-arch 90", series) is None
+    assert verified_patches("patchset verify --backend cuda --plan 3", series) is None
+    assert verified_patches("patchset build --backend cuda", series) is None
+
+
 @pytest.mark.parametrize(("deadline", "exit_code"), [(7, 124), (5, None)], ids=["stopped at the deadline", "skipped"])
 def test_the_evidence_of_a_verify_that_did_not_finish_is_not_copied(proj: Proj, tmp_path: Path, deadline: int,
                                                                     exit_code: int | None) -> None:
@@ -166,6 +197,9 @@ def test_each_step_runs_the_commands_it_always_ran(proj: Proj, tmp_path: Path) -
     r = offline.Runner(proj.project, dataclasses.replace(r.options, backend="cuda", workers=4,
                                                          verify_patches=("3", "4"), bootstrap=boot),
                        r.invocation, patchset=r.patchset, say=r.say)
+    third = proj.series()[2].removesuffix(".patch")  # verify's evidence of patch 3 (the series has no patch 4)
+    (proj.project.evidence_dir / third).mkdir(parents=True)
+    (proj.project.evidence_dir / third / "cuda.json").write_text('{"outcome": "proven"}')
     assert r.run(offline.parse_steps(["main", "sweep:a-b:^A,^B", "main"])) == 1
     out = r.options.out
     assert [(s.step, s.exit, s.command) for s in r.ledger] == [
@@ -179,7 +213,8 @@ def test_each_step_runs_the_commands_it_always_ran(proj: Proj, tmp_path: Path) -
         ("test", 0, f"patchset test --backend cuda --json {out}/test.json"),
         ("verify", 0, "patchset verify --backend cuda --cuda-arch 90 3 4")]
     assert r.left() <= 57  # the installs counted against the deadline
-    assert json.loads((out / "verify.json").read_text())["patches"] == {"0001-x": {"outcome": "needs cpu"}}
+    # of the patches verify ran on alone (0001-x's evidence there is of another run)
+    assert json.loads((out / "verify.json").read_text())["patches"] == {third: {"outcome": "proven"}}
     # the record's steps read back as evidence update reads them: the files each command wrote
     from builder.deliver.committed_update import _outputs  # noqa: PLC0415
     made = _outputs(json.loads(r.write_record("main").read_text()))

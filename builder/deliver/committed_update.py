@@ -32,7 +32,7 @@ from builder.deliver.committed import (
     counts_block,
     load_manifest,
 )
-from builder.errors import InputError
+from builder.errors import InputError, SeriesError
 from builder.fsutil import atomic_write_text, load_json, sha256_file
 from builder.locking import project_lock
 from builder.project import Project
@@ -267,6 +267,32 @@ def _outputs(run: dict) -> dict[str, str]:
     return made
 
 
+_VERIFY_VALUED = {"--backend", "--cuda-arch", "--jobs", "-j", "--lanes", "--timeout", "--confirm"}
+_VERIFY_FLAGS = {"--hunks", "--no-reuse"}
+
+
+def verified_patches(command: str, series: Series) -> set[str] | None:
+    """The evidence names of the patches a recorded `patchset verify ...` command ran on; None for every patch
+    (no patch named) or for a command of another shape, whose records are all taken as before."""
+    words = shlex.split(command)
+    if words[:2] != ["patchset", "verify"]:
+        return None
+    named, rest = [], iter(words[2:])
+    for w in rest:
+        if w in _VERIFY_VALUED:
+            next(rest, None)
+        elif w.startswith("-") and w not in _VERIFY_FLAGS:
+            return None
+        elif not w.startswith("-"):
+            named.append(w)
+    if not named:
+        return None
+    try:
+        return {series.by_name(n).name.removesuffix(".patch") for n in named}
+    except SeriesError:
+        return None
+
+
 @dataclass(frozen=True)
 class GpuFolder:
     """An output folder of `patchset offline run`, read and checked before anything is written or deleted."""
@@ -349,8 +375,14 @@ def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
         inputs = {name: now.digest(name, programs) for name in now.sha} if shas == now.sha else {}
         outputs = _outputs(run)
         proven = []
-        verify_json = gpu.files.get("verify.json")
+        files = dict(gpu.files)
+        verify_json = files.get("verify.json")
         if "verify.json" in outputs and isinstance(verify_json, dict):
+            ran = verified_patches(outputs["verify.json"], now.series)
+            if ran is not None:
+                # a record of another patch is an earlier run's, left on a machine kept between runs: not this command's
+                verify_json = files["verify.json"] = {**verify_json, "patches": {
+                    k: v for k, v in verify_json.get("patches", {}).items() if k in ran}}
             proven = [f"{stem}.patch" for stem in verify_json.get("patches", {})]
         text = json.dumps(_clean_json(run), indent=1) + "\n"
         out.add(f"{backend}/{rpath.name}", text, invocation, *common, inputs, programs, proven)
@@ -359,8 +391,8 @@ def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
             src = folder / name
             if not src.exists():
                 continue
-            if name in gpu.files:
-                body = json.dumps(_clean_json(gpu.files[name]), indent=1) + "\n"
+            if name in files:
+                body = json.dumps(_clean_json(files[name]), indent=1) + "\n"
             else:
                 body = clean.relative(src.read_text(encoding="utf-8", errors="replace"))
             rel = f"{backend}/{name}"

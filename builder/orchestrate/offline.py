@@ -24,6 +24,7 @@ folder, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,9 +42,10 @@ from pathlib import Path
 
 from builder import proc
 from builder.deliver import carry
-from builder.errors import InputError, ProcessError, ProcessTimeout
+from builder.errors import InputError, ProcessError, ProcessTimeout, SeriesError
 from builder.fsutil import atomic_write_text
 from builder.project import Project
+from builder.series.load import load_series
 
 FORMAT = "patchset-device-run/1"
 EVIDENCE_FORMAT = "patchset-verify-evidence/1"
@@ -274,7 +276,8 @@ class Runner:
             self.note("verify: did not finish: no verify.json")
             self.status = max(self.status, 1)
             return
-        atomic_write_text(o.out / "verify.json", json.dumps(verify_evidence(self.project, o.backend), indent=1) + "\n")
+        doc = verify_evidence(self.project, o.backend, o.verify_patches)
+        atomic_write_text(o.out / "verify.json", json.dumps(doc, indent=1) + "\n")
 
     def wheel_step(self) -> None:
         o = self.options
@@ -379,10 +382,25 @@ def patch_hashes(project: Project) -> list[dict[str, str]]:
             for n in names if (project.patches_dir / n).is_file()]
 
 
-def verify_evidence(project: Project, backend: str) -> dict:
-    """verify's evidence of `backend` for every patch, as verify.json holds it."""
+def _stems(project: Project, patches: Sequence[str]) -> set[str]:
+    """The evidence folders of the patches named as verify takes them (a name that is none: verify refused it)."""
+    series = load_series(project.patches_dir)
+    found = set()
+    for n in patches:
+        with contextlib.suppress(SeriesError):
+            found.add(series.by_name(n).name.removesuffix(".patch"))
+    return found
+
+
+def verify_evidence(project: Project, backend: str, patches: Sequence[str] = ()) -> dict:
+    """verify's evidence of `backend` for the patches this verify ran on (`patches`, as verify takes them;
+    none: every patch), as verify.json holds it. An earlier run's evidence of another patch, still in the
+    state folder of a machine kept between runs, stays out: its own run's record names the command that
+    made it, and `evidence update --from` keeps the committed proofs that still hold."""
+    stems = _stems(project, patches) if patches else None
     found = {p.parent.name: json.loads(p.read_text(encoding="utf-8"))
-             for p in sorted(project.evidence_dir.glob(f"*/{backend}.json"))}
+             for p in sorted(project.evidence_dir.glob(f"*/{backend}.json"))
+             if stems is None or p.parent.name in stems}
     return {"format": EVIDENCE_FORMAT, "backend": backend, "patches": found}
 
 

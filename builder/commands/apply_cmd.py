@@ -10,7 +10,7 @@ from builder.console import CliProgress, console
 from builder.errors import EXIT_CONFLICT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, InputError, Outcome, PinError
 from builder.project import Project
 from builder.series.apply import abort_apply, apply, continue_apply, dry_run_apply
-from builder.series.workbase import PatchOutcome
+from builder.series.workbase import Operation, PatchOutcome
 from builder.series.workrepo import StoppedOnConflict, WorkRepo
 from builder.upstream.pin import load_pin
 
@@ -54,9 +54,9 @@ def _row(o: PatchOutcome) -> dict:
     return {"patch": o.name, "outcome": o.outcome, "commit": o.commit or None, "resolutions": list(o.resolutions)}
 
 
-def stopped_rows(project: Project, stop: StoppedOnConflict) -> list[dict]:
-    """A sequence stopped at a conflict (apply, rebase): the patches applied before it, then the one it stopped at."""
-    op = WorkRepo(project.work_repo).load_state().op
+def stopped_rows(op: Operation | None, stop: StoppedOnConflict) -> list[dict]:
+    """A sequence stopped at a conflict (apply, rebase; `op` its saved operation): the patches applied before
+    it, then the one it stopped at."""
     c = stop.info
     return [*(_row(o) for o in (op.named(op.done) if op else ())),
             {"index": c.position, "patch": c.name, "outcome": "conflict", "commit": None, "resolutions": [],
@@ -80,7 +80,8 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
     try:
         result = continue_apply(project) if args.cont else apply(project, force=args.force, progress=CliProgress())
     except StoppedOnConflict as e:
-        jsonout.emit(args, "apply", {**body, "patches": stopped_rows(project, e)})
+        op = WorkRepo(project.work_repo).load_state().op
+        jsonout.emit(args, "apply", {**body, "patches": stopped_rows(op, e)})
         raise
     jsonout.emit(args, "apply", {**body, "new": result.upstream, "head": result.head or None, "noop": result.noop,
                                  "backups": list(result.backups), "patches": [_row(o) for o in result.outcomes]})

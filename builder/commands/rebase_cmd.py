@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, project: Project) -> Outcome:
         op = WorkRepo(project.work_repo).load_state().op
         new = op.new_upstream if op and op.new_upstream else None
         jsonout.emit(args, "rebase", {"old": pin_commit(project), "new": new, "dry_run": False,
-                                      "patches": stopped_rows(project, e)})
+                                      "patches": stopped_rows(op, e)})
         raise
     if result.report is None:
         print_outcomes(result.outcomes)

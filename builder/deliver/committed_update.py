@@ -10,6 +10,7 @@ steps wrote; never its log). Every string is made relative to the tree (builder/
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -273,7 +274,8 @@ _VERIFY_FLAGS = {"--hunks", "--no-reuse"}
 
 def verified_patches(command: str, series: Series) -> set[str] | None:
     """The evidence names of the patches a recorded `patchset verify ...` command ran on; None for every patch
-    (no patch named) or for a command of another shape, whose records are all taken as before."""
+    (no patch named) or for a command of another shape, whose records are all taken as before. A name of no
+    patch: a command verify refused, whose records are all taken as before too."""
     words = shlex.split(command)
     if words[:2] != ["patchset", "verify"]:
         return None
@@ -285,12 +287,18 @@ def verified_patches(command: str, series: Series) -> set[str] | None:
             return None
         elif not w.startswith("-"):
             named.append(w)
-    if not named:
-        return None
-    try:
-        return {series.by_name(n).name.removesuffix(".patch") for n in named}
-    except SeriesError:
-        return None
+    found = named_stems(series, named)
+    return set(found.values()) if named and len(found) == len(set(named)) else None
+
+
+def named_stems(series: Series, names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Each of `names` that names a patch as verify takes it (a number, a file name, a prefix) -> that patch's
+    evidence name; a name of no patch is left out."""
+    found = {}
+    for n in names:
+        with contextlib.suppress(SeriesError):
+            found[n] = series.by_name(n).name.removesuffix(".patch")
+    return found
 
 
 @dataclass(frozen=True)

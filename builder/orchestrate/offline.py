@@ -24,7 +24,6 @@ folder, whatever happened.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -35,17 +34,18 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import proc
 from builder.deliver import carry
-from builder.errors import InputError, ProcessError, ProcessTimeout, SeriesError
+from builder.deliver.committed_update import named_stems
+from builder.errors import InputError, ProcessError, ProcessTimeout
 from builder.fsutil import atomic_write_text
 from builder.project import Project
 from builder.series.load import load_series
+from builder.upstream.pin import load_pin
 
 FORMAT = "patchset-device-run/1"
 EVIDENCE_FORMAT = "patchset-verify-evidence/1"
@@ -370,26 +370,17 @@ def _out(cmd: list[str], env: dict[str, str]) -> str:
 
 
 def pin_fields(project: Project) -> dict[str, str]:
-    pin = tomllib.loads(project.pin_file.read_text(encoding="utf-8"))
-    return {"name": pin["name"], "tag": pin.get("tag", ""), "commit": pin["commit"], "tree": pin["tree"]}
+    pin = load_pin(project.pin_file)
+    return {"name": pin.name, "tag": pin.tag, "commit": pin.commit, "tree": pin.tree}
 
 
 def patch_hashes(project: Project) -> list[dict[str, str]]:
-    """The series' patches in order, each with the sha256 of its file."""
+    """The series' patches in order, each with the sha256 of its file (read as it is: the record is written
+    whatever happened, a series that does not load included)."""
     names = [ln.strip() for ln in (project.patches_dir / "series").read_text(encoding="utf-8").splitlines()
              if ln.strip() and not ln.startswith("#")]
     return [{"name": n, "sha256": hashlib.sha256((project.patches_dir / n).read_bytes()).hexdigest()}
             for n in names if (project.patches_dir / n).is_file()]
-
-
-def _stems(project: Project, patches: Sequence[str]) -> set[str]:
-    """The evidence folders of the patches named as verify takes them (a name that is none: verify refused it)."""
-    series = load_series(project.patches_dir)
-    found = set()
-    for n in patches:
-        with contextlib.suppress(SeriesError):
-            found.add(series.by_name(n).name.removesuffix(".patch"))
-    return found
 
 
 def verify_evidence(project: Project, backend: str, patches: Sequence[str] = ()) -> dict:
@@ -397,7 +388,7 @@ def verify_evidence(project: Project, backend: str, patches: Sequence[str] = ())
     none: every patch), as verify.json holds it. An earlier run's evidence of another patch, still in the
     state folder of a machine kept between runs, stays out: its own run's record names the command that
     made it, and `evidence update --from` keeps the committed proofs that still hold."""
-    stems = _stems(project, patches) if patches else None
+    stems = set(named_stems(load_series(project.patches_dir), tuple(patches)).values()) if patches else None
     found = {p.parent.name: json.loads(p.read_text(encoding="utf-8"))
              for p in sorted(project.evidence_dir.glob(f"*/{backend}.json"))
              if stems is None or p.parent.name in stems}

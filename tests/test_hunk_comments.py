@@ -17,6 +17,7 @@ from builder.prove.lexers import c_tokens
 
 BEFORE_C = """\
 #include "ggml.h"
+#define TWICE(x) ((x) + (x))
 /*
  * the status of a graph
  */
@@ -65,6 +66,8 @@ def exempt(tmp_path: Path, before: str, after: str, name: str = "src/run.c") -> 
      BEFORE_C.replace("    x = 1;", "    x = 1; // one \\")),
     ("whitespace that splits a token",
      BEFORE_C.replace("    x = 1;", "    x = 1 0;")),
+    ("a space that makes a function-like macro object-like",
+     BEFORE_C.replace("#define TWICE(x)", "#define TWICE (x)")),
 ])
 def test_a_hunk_that_changes_code_is_not_exempt(tmp_path: Path, label: str, after: str) -> None:
     assert exempt(tmp_path, BEFORE_C, after) == [False], label
@@ -101,6 +104,9 @@ def test_the_c_lexer() -> None:
         "#", "define", "A", "1", "+", "2", "<end of directive>", "int", "b", ";"]
     assert c_tokens("#define A 1 \\\n + 2\nint b;") == c_tokens("#define A 1 + 2\nint b;")
     assert c_tokens("#define A 1\n+ 2\nint b;") != c_tokens("#define A 1 + 2\nint b;")
+    # `#define F(x)` takes an argument, `#define F (x)` expands to `(x)`
+    assert c_tokens("#define F(x) x\n") != c_tokens("#define F (x) x\n")
+    assert c_tokens("#define F(x) x\n") == c_tokens("#define F(x)   x // F\n")
     assert c_tokens("#include <a//b.h>\n") == ["#", "include", "<a//b.h>", "<end of directive>"]
     # a backslash-newline joins lines everywhere but inside a raw string, which keeps it as written
     assert c_tokens('x = R"d(a\\\nb)d"; i\\\nnt y;') == ["x", "=", 'R"d(a\\\nb)d"', ";", "int", "y", ";"]

@@ -8,9 +8,11 @@ a line pattern took `    *status = GGML_STATUS_FAILED;` for a comment line, and 
 (then no hunk of it is exempt). C, C++, Objective-C, Metal and CUDA: translation phases 2 and 3 as the
 standard has them (a backslash-newline joins lines, a comment is a space), string and character
 literals with their prefixes and escapes, raw strings `R"d( ... )d"`, pp-numbers with digit
-separators, punctuators by maximal munch (`a+ +b` is not `a++b`), and preprocessor directives closed
-by their line's end (a directive that gains the next line is another program). Python: the standard
-library's tokenizer. CMake: quoted and bracket arguments, line and bracket comments.
+separators, punctuators by maximal munch (`a+ +b` is not `a++b`), preprocessor directives closed
+by their line's end (a directive that gains the next line is another program), and a macro's
+definition function-like only with its `(` right after the name (`#define F (x)` is not
+`#define F(x)`). Python: the standard library's tokenizer. CMake: quoted and bracket arguments, line
+and bracket comments.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _PPNUM = re.compile(r"\.?\d(?:[eEpP][+-]|'[\w]|[\w.])*")
 _ENCODING = re.compile(r"(?:u8|u|U|L)?")
 _RAW = re.compile(r'(?:u8|u|U|L)?R"([^()\\\s]{0,16})\(')
 _DIRECTIVE_END = "<end of directive>"
+_FUNCTION_LIKE = "<function-like macro>"
 _BLANKS = re.compile(r"[^\S\n]+")
 
 
@@ -127,8 +130,12 @@ def c_tokens(text: str) -> list[str]:
             continue
         m = _IDENT.match(text, i)
         if m:
+            # `#define F(x)` is a function-like macro, `#define F (x)` an object-like one
+            defines = directive and out[-2:] == ["#", "define"]
             out.append(m.group(0))
             i = m.end()
+            if defines and text.startswith("(", i):
+                out.append(_FUNCTION_LIKE)
             continue
         punct = next((p for p in _PUNCT if text.startswith(p, i)), ch)
         out.append(punct)

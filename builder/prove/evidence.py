@@ -36,6 +36,9 @@ class Step:
     """fails | passes | build-fails | build-failed | not-run"""
     label: str = ""
     """Which mutation (its file under patches/) for a mutation tree."""
+    comment_only: tuple[str, ...] = ()
+    """Files that differ from the tree built before in the same folder in comments and whitespace only:
+    what was compiled from them there was kept, the same code (builder.prove.trees)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ def from_dict(data: dict) -> Evidence:
     """The record of an evidence JSON object (raises TypeError/KeyError on another format)."""
     d = dict(data)
     d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
-                               "tests": tuple(s.get("tests", ()))}) for s in d["steps"])
+                               "tests": tuple(s.get("tests", ())),
+                               "comment_only": tuple(s.get("comment_only", ()))}) for s in d["steps"])
     d["hunks"] = tuple(d.get("hunks", ()))
     d["cases"] = tuple(d.get("cases", ()))
     return Evidence(**d)
@@ -168,6 +172,9 @@ def markdown(ev: Evidence) -> str:
         out += [f"## {s.tree} tree{f' ({s.label})' if s.label else ''}: {s.verdict}", "",
                 f"- commit `{s.commit}`, tree `{s.tree_id}`",
                 f"- build: {'ok' if s.build_ok else 'FAILED'} in {s.build_duration_s:.1f}s: `{s.build_command}`"]
+        if s.comment_only:
+            out.append(f"- changed in comments and whitespace only since the tree built before it, so not compiled "
+                       f"again: {', '.join(f'`{f}`' for f in s.comment_only)}")
         if s.build_errors:
             where = "only in the patch's test files" if s.errors_only_in_test_paths else "outside the test files"
             out.append(f"- compiler errors ({where}):")

@@ -74,6 +74,9 @@ class TreeBuilder:
         use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
         self.src = lane_src(project, lane)
         self._checked_out: str | None = None
+        self.kept: tuple[str, ...] = ()
+        """The files of the tree checked out last that differ from the one before only in comments and
+        whitespace: what the build folder compiled from them before is kept (trees.checkout_detached)."""
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
         self.inputs: dict[str, tuple[str, ...] | None] = {}
@@ -108,8 +111,9 @@ class TreeBuilder:
         return f"{self.position + ': ' if self.position else ''}{patch.name} [{backend}] {kind}"
 
     def checkout(self, commit: str) -> None:
+        self.kept = ()
         if self._checked_out != commit:
-            checkout_detached(self.work.git, self.src, commit)
+            self.kept = checkout_detached(self.work.git, self.src, commit)
         self._checked_out = commit
 
     # -- one tree --------------------------------------------------------------------------------
@@ -139,6 +143,7 @@ class TreeBuilder:
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
         reuse = self._is_work_tree(commit)
+        self.kept = ()
         if not reuse:
             self.checkout(commit)
         src = self.work.path if reuse else self.src
@@ -187,7 +192,8 @@ class TreeBuilder:
                            run.only_tests, verdict=run.verdict)
         runs = tuple({**_run_record(r), **({"runs": [_confirm_record(m) for m in more]} if more else {})}
                      for r, more in zip(run.results, self.last_confirm, strict=True))
-        return ev.Step(kind, commit, tree_id, True, run.command, run.build_duration_s, tests=runs, verdict=run.verdict)
+        return ev.Step(kind, commit, tree_id, True, run.command, run.build_duration_s, tests=runs, verdict=run.verdict,
+                       comment_only=self.kept)
 
     def _log_dir(self, patch: Patch, backend: str) -> Path:
         return self.project.verify_dir / "logs" / patch.name.removesuffix(".patch") / backend

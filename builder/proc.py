@@ -145,6 +145,12 @@ def cancel() -> None:
             _kill_group(p)
 
 
+def raise_if_cancelled(label: str) -> None:
+    """In a worker thread once `cancel()` was called: raise Cancelled (a wait of its own ends there)."""
+    if _cancelled.is_set() and threading.current_thread() is not threading.main_thread():
+        raise Cancelled(label)
+
+
 def uncancel() -> None:
     """After the workers have stopped: subprocesses run again (a library caller that goes on)."""
     _cancelled.clear()

@@ -4,14 +4,16 @@ mutations caught and hunks, on the synthetic series of test_verify (one patch pe
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 from test_verify import project_dir  # noqa: F401 (the fixture)
 
+from builder.gitrepo import GitRepo, init_repo
 from builder.project import load_project
-from builder.prove import evidence
-from builder.prove.schedule import lanes_for
+from builder.prove import evidence, trees
+from builder.prove.schedule import FirstBuilds, lanes_for
 from builder.prove.verdicts import VerifyReport
 from builder.prove.verify import verify
 from builder.series.apply import apply
@@ -65,3 +67,60 @@ def test_no_compiler_cache_is_one_lane() -> None:
     assert lanes_for(5, 16, shared_objects=False) == 1
     assert lanes_for(5, 16, lanes=3, shared_objects=False) == 3
     assert lanes_for(5, 16, shared_objects=True) > 1
+
+
+def test_lanes_with_the_same_library_build_it_one_after_another() -> None:
+    """The first build of a library waits for another lane's first build of the same one (then the compiler
+    cache has its objects); a lane with another library does not wait."""
+    first = FirstBuilds()
+    order: list[str] = []
+    building = threading.Event()
+    release = threading.Event()
+
+    def lane(name: str, key: str, hold: bool) -> None:
+        with first.first(key) as mine:
+            order.append(f"{name} {'builds' if mine else 'finds it built'}")
+            if hold:
+                building.set()
+                release.wait(5)
+
+    a = threading.Thread(target=lane, args=("a", "cuda@1", True))
+    a.start()
+    assert building.wait(5)
+    b = threading.Thread(target=lane, args=("b", "cuda@1", False))
+    c = threading.Thread(target=lane, args=("c", "cpu@1", False))
+    b.start()
+    c.start()
+    c.join(5)
+    assert order == ["a builds", "c builds"], "a lane of another library waited, or one of the same did not"
+    release.set()
+    a.join(5)
+    b.join(5)
+    assert order == ["a builds", "c builds", "b finds it built"]
+
+
+def test_the_library_sources_of_a_tree(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    git = GitRepo(repo)
+
+    def commit(files: dict[str, str]) -> str:
+        for name, text in files.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        git.run("add", "-A")
+        git.run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "x")
+        return git.out("rev-parse", "HEAD")
+
+    base = commit({"ggml/include/ggml.h": "int a;\n", "ggml/src/ggml.c": "int b;\n",
+                   "ggml/src/ggml-cpu/ops.c": "int c;\n", "ggml/src/ggml-metal/ops.m": "int d;\n",
+                   "ggml/src/ggml-cuda/ops.cu": "int e;\n", "tests/test-a.cpp": "int main() {}\n"})
+    test = commit({"tests/test-a.cpp": "int main() { return 0; }\n"})
+    metal = commit({"ggml/src/ggml-metal/ops.m": "int d2;\n"})
+    header = commit({"ggml/include/ggml.h": "int a2;\n"})
+    cpu = trees.library_sources
+    assert cpu(git, base, "cpu") == cpu(git, test, "cpu") == cpu(git, metal, "cpu")
+    assert cpu(git, metal, "cuda") == cpu(git, base, "cuda")
+    assert cpu(git, metal, "metal-replay") != cpu(git, base, "metal-replay")
+    assert cpu(git, header, "cpu") != cpu(git, metal, "cpu")
+    assert cpu(git, base, "cpu") != cpu(git, base, "cuda")

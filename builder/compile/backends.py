@@ -34,6 +34,9 @@ class BackendProfile:
     """Environment variable naming the file a test program writes its dispatch trace to."""
     note: str = ""
     """What a result on this backend is and is not, for reports and evidence."""
+    ggml_dirs: tuple[str, ...] = ("ggml-cpu",)
+    """The folders of ggml/src whose backends a build for this one compiles (the other `ggml-*` folders
+    it leaves alone): what two trees must have alike for one to find the other's objects."""
 
 
 REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal host C++ (the op encoders of "
@@ -55,17 +58,21 @@ def _harness(*dirs: Path) -> tuple[Path, ...]:
 
 PROFILES: dict[str, BackendProfile] = {
     "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
-    "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0"),
-    "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0"),
+    "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0",
+                            ggml_dirs=("ggml-cpu", "ggml-metal")),
+    "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0",
+                           ggml_dirs=("ggml-cpu", "ggml-cuda")),
     "metal-replay": BackendProfile(
         "metal-replay", ("-DPATCHSET_METAL_REPLAY=ON",), ("linux", "darwin"), "MTL0-REPLAY",
         programs=("test-backend-ops",), target_sets=("minimal",),
         harness=tuple(sorted(p for p in REPLAY_DIR.iterdir() if p.is_file())) if REPLAY_DIR.is_dir() else (),
-        selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE),
+        selftest="patchset-replay-selftest", trace_env="GGML_METAL_REPLAY_TRACE", note=REPLAY_NOTE,
+        ggml_dirs=("ggml-cpu", "ggml-metal")),
     "metal-linux": BackendProfile(
         "metal-linux", ("-DPATCHSET_METAL_LINUX=ON",), ("linux",), "MTL0",
         programs=("test-backend-ops",), target_sets=("minimal",),
-        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE),
+        harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE,
+        ggml_dirs=("ggml-cpu", "ggml-metal")),
 }
 
 def harness_digest(backend: str) -> str:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Hashable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Generic, TypeVar
 
 from builder import proc
@@ -63,6 +63,35 @@ def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared
     mem = available_memory()
     by_memory = max(1, mem // LANE_MEMORY_BYTES) if mem is not None else slots
     return max(1, min(chains, slots // 2, by_memory))
+
+
+class FirstBuilds:
+    """One first build per library at a time: a lane whose first tree compiles the same library sources
+    (the key) as the tree another lane is building first waits until that build is done, and then finds
+    its objects in the compiler cache, instead of compiling them at the same time in its own folder (the
+    two lanes of `verify --backend cuda 3 4` each compiled all of ggml-cuda at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[Hashable, threading.Event] = {}
+
+    @contextmanager
+    def first(self, key: Hashable) -> Iterator[bool]:
+        """Around a lane's first build of a tree with library `key`: true for the lane that builds it
+        first; any other waits here for that build's end (whether it built or not) before it yields false."""
+        with self._lock:
+            done = self._built.get(key)
+            mine = done is None
+            if done is None:
+                done = self._built[key] = threading.Event()
+        try:
+            if not mine:
+                while not done.wait(0.2):
+                    proc.raise_if_cancelled("waiting for another lane's build")
+            yield mine
+        finally:
+            if mine:
+                done.set()
 
 
 class InOrder(Generic[K, R]):

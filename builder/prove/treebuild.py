@@ -27,7 +27,8 @@ from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.pipeline import programs_for
 from builder.prove.runner import Limits, limit_of
-from builder.prove.trees import Trees, checkout_detached
+from builder.prove.schedule import FirstBuilds
+from builder.prove.trees import Trees, checkout_detached, library_sources
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
 
@@ -70,6 +71,9 @@ class TreeBuilder:
         self.jobserver = jobserver
         """MAKEFLAGS of the run's jobserver, which every build joins (None: `jobs` of its own)."""
         self.test_gate: Callable[[], AbstractContextManager[object]] = nullcontext
+        self.first_builds: FirstBuilds | None = None
+        """Shared by a run's lanes: the lane's first build waits for another lane's first build of the same
+        library sources (library_key), whose objects it then finds in the compiler cache."""
         """Held around each test program's run: in lanes, one test program at a time (its threads
         use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
         self.src = lane_src(project, lane)
@@ -95,7 +99,8 @@ class TreeBuilder:
         """Where the run stands, named in every progress label ("patch 3/7"; empty: not said)."""
 
     def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink,
-                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> TreeBuilder:
+                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext,
+                 first_builds: FirstBuilds | None = None) -> TreeBuilder:
         """A builder like this one in the scheduler's `lane` (its own worktree and build folders), joining
         `jobserver`; what builds read and the libraries found are shared with this one (the evidence's
         keys read them)."""
@@ -104,7 +109,16 @@ class TreeBuilder:
         other.inputs = self.inputs
         other._libraries = self._libraries
         other.test_gate = test_gate
+        other.first_builds = first_builds
         return other
+
+    def library_key(self, commit: str, backend: str, programs: tuple[str, ...]) -> tuple[str, ...]:
+        """What the libraries of `commit`'s build on `backend` are compiled from (trees.library_sources),
+        and llama's side (LLAMA_SIDE) when a program links libllama: two trees with the same key compile
+        the same objects."""
+        llama = any(buildmod.links_llama(self.src, p) for p in programs)
+        side = tuple(str(i) for i in self._llama_side(commit)) if llama else ()
+        return (*side, *library_sources(self.work.git, commit, backend))
 
     def label(self, patch: Patch, backend: str, kind: str) -> str:
         """What progress calls a tree's step: the run's position, the patch, its backend and the tree."""
@@ -165,10 +179,15 @@ class TreeBuilder:
         specs = [spec] if reuse or not extra else [
             dataclasses.replace(spec, programs=present + extra, build_targets=present + extra), spec]
         log_dir = self._log_dir(patch, backend)
-        run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
-                              lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
-                              timeout=self.timeout if timeout is None else timeout, progress=self.progress,
-                              label=self.label(patch, backend, kind), gate=self.test_gate)
+        # a lane's first build: after another lane's of the same libraries, from the compiler cache
+        first: AbstractContextManager[object] = nullcontext()
+        if self.first_builds is not None and self.last_build is None and not reuse:
+            first = self.first_builds.first(self.library_key(commit, backend, present))
+        with first:
+            run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
+                                  lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
+                                  timeout=self.timeout if timeout is None else timeout, progress=self.progress,
+                                  label=self.label(patch, backend, kind), gate=self.test_gate)
         build_dir = run.build_dir or spec.build_dir
         # a tree that fails to compile (a before tree with `Patchset-Before: build-fails`) read the
         # files the other trees' programs were built from, in its own version: () adds none

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.compile import backends as backendmod
 from builder.errors import ProcessError, SeriesError
 from builder.gitrepo import COMMITTER, ISOLATED, GitRepo
 from builder.prove import lexers
@@ -189,6 +190,22 @@ def checkout_tree(git: GitRepo, src: Path, index: Path, tree: str) -> tuple[str,
     for rel in filter(None, others.split("\0")):
         (src / rel).unlink(missing_ok=True)
     return kept
+
+
+def library_sources(git: GitRepo, commit: str, backend: str) -> tuple[str, ...]:
+    """What ggml's libraries of `commit` are compiled from on `backend`: the backend, and the ids of
+    ggml's files and folders but the `ggml/src/ggml-*` folders of the other backends (a change of the
+    Metal code leaves a CPU build's objects alike)."""
+    keep = set(backendmod.profile(backend).ggml_dirs)
+    entries = [backend]
+    for line in git.out("ls-tree", commit, "ggml/", "ggml/src/").splitlines():
+        meta, path = line.split("\t", 1)
+        _, kind, oid = meta.split()
+        name = path.rsplit("/", 1)[-1]
+        if path == "ggml/src" or (kind == "tree" and path.startswith("ggml/src/ggml-") and name not in keep):
+            continue
+        entries.append(f"{oid} {path}")
+    return tuple(entries)
 
 
 def make_trees(git: GitRepo, base: str, series: Series, patches_dir: Path) -> dict[int, Trees]:

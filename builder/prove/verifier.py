@@ -32,6 +32,7 @@ from builder.prove.backends_here import available_backends
 from builder.prove.case_verdict import Runs, _case_verdict, _first, _flaky, _guard_note
 from builder.prove.hunkrun import HunkRunner
 from builder.prove.proofkeys import ProofKeys
+from builder.prove.schedule import FirstBuilds
 from builder.prove.treebuild import TreeBuilder
 from builder.prove.trees import Trees, make_trees
 from builder.prove.verdicts import PatchVerdict
@@ -81,14 +82,15 @@ class Verifier:
         """(patch, backend) -> why an earlier proof no longer holds."""
 
     def in_lane(self, lane: int, jobserver: str | None,
-                test_gate: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
+                test_gate: Callable[[], AbstractContextManager[object]] = nullcontext,
+                first_builds: FirstBuilds | None = None) -> Verifier:
         """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
         and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is its
         own (`ProgressSink.lane`: lines off a terminal; silent on one, where lanes at once would garble one
         progress bar, and their verdicts are reported as they finish)."""
         other = copy.copy(self)
         other.progress = self.progress.lane()
-        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate)
+        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate, first_builds)
         other.hunk_runner = HunkRunner(other.builder, other.progress, confirm=self.confirm)
         return other
 

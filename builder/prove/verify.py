@@ -134,12 +134,13 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
     # what builds no tree (`needs cuda`, no test for the backend) last: it takes no time
     chains += by_key.values()
     started = itertools.count(1)  # the patches' count as lanes start them (next() is atomic: lanes are threads)
+    first_builds = schedule.FirstBuilds()
     with Jobserver(v.jobs or os.cpu_count() or 1, lanes) as pool:
         verifiers: dict[int, Verifier] = {}
 
         def prove(lane: int, job: tuple[Patch, str]) -> PatchVerdict:
             if lane not in verifiers:
-                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone)
+                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone, first_builds)
             patch, backend = job
             verifiers[lane].builder.position = f"patch {next(started)}/{len(todo)}"
             start = time.perf_counter()

@@ -56,6 +56,9 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert [s["label"] for s in data["steps"][2:5]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
     assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
+    # its before tree lacks its one line of comment in ggml-backend.h, which every object of ggml includes: the
+    # lane built it after the mutations and compiled none of them again
+    assert data["steps"][0]["comment_only"] == ["ggml/include/ggml-backend.h"]
     # patch 2's tree before the fix builds and fails by behaviour; its mutations (iter and opt_i advanced, the
     # failed step recorded, the partial gradients kept) are seen failing too
     data = json.loads(outcomes[eval_status].evidence_json.read_text())

@@ -71,11 +71,11 @@ class TreeBuilder:
         self.jobserver = jobserver
         """MAKEFLAGS of the run's jobserver, which every build joins (None: `jobs` of its own)."""
         self.test_gate: Callable[[], AbstractContextManager[object]] = nullcontext
+        """Held around each test program's run: in lanes, one test program at a time (its threads
+        use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
         self.first_builds: FirstBuilds | None = None
         """Shared by a run's lanes: the lane's first build waits for another lane's first build of the same
         library sources (library_key), whose objects it then finds in the compiler cache."""
-        """Held around each test program's run: in lanes, one test program at a time (its threads
-        use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
         self.src = lane_src(project, lane)
         self._checked_out: str | None = None
         self.kept: tuple[str, ...] = ()
@@ -125,9 +125,7 @@ class TreeBuilder:
         return f"{self.position + ': ' if self.position else ''}{patch.name} [{backend}] {kind}"
 
     def checkout(self, commit: str) -> None:
-        self.kept = ()
-        if self._checked_out != commit:
-            self.kept = checkout_detached(self.work.git, self.src, commit)
+        self.kept = checkout_detached(self.work.git, self.src, commit) if self._checked_out != commit else ()
         self._checked_out = commit
 
     # -- one tree --------------------------------------------------------------------------------

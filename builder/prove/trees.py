@@ -145,19 +145,19 @@ def checkout_detached(git: GitRepo, path: Path, commit: str) -> tuple[str, ...]:
             git.run("worktree", "add", "--detach", "--force", str(path), commit)
         return ()
     wt = GitRepo(path)
-    head = wt.rev("HEAD")
-    if head != commit or wt.is_dirty():
-        # a file edited in the worktree holds what no tree has: its time says so, and stays
-        same = comment_only_changes(git, head, commit) if head and not wt.is_dirty() else ()
+    head, dirty = wt.rev("HEAD"), bool(wt.is_dirty())
+    if head == commit and not dirty:
+        return ()
+    # a file edited in the worktree holds what no tree has: its time says so, and stays
+    same = comment_only_changes(git, head, commit) if head and not dirty else ()
 
-        def switch() -> None:
-            wt.run("checkout", "--quiet", "--detach", "--force", commit)
-            wt.run("clean", "-fdxq")
-        kept = _switch_keeping_times(path, same, switch)
-        if kept:
-            wt.run("update-index", "-q", "--refresh", check=False)
-        return kept
-    return ()
+    def switch() -> None:
+        wt.run("checkout", "--quiet", "--detach", "--force", commit)
+        wt.run("clean", "-fdxq")
+    kept = _switch_keeping_times(path, same, switch)
+    if kept:
+        wt.run("update-index", "-q", "--refresh", check=False)
+    return kept
 
 
 def checkout_tree(git: GitRepo, src: Path, index: Path, tree: str) -> tuple[str, ...]:

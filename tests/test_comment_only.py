@@ -101,3 +101,29 @@ def test_a_file_edited_by_hand_in_the_worktree_keeps_its_own_time(
     # the worktree held what no tree has: the switch writes every changed file anew
     assert trees.checkout_detached(git, src, comment) == ()
     assert build(out, src) > first
+
+
+def test_a_tree_is_checked_out_with_the_comments_of_the_reference(
+        tmp_path: Path, history: tuple[GitRepo, str, str, str]) -> None:
+    git, base, comment, token = history
+    made, files = trees.with_comments_of(git, base, comment)
+    assert files == ("a.h",)
+    assert made != base
+    # the reference's header, the tree's own main.c, and the tree it stands for as its parent
+    assert git.blob(made, "a.h") == git.blob(comment, "a.h")
+    assert git.blob(made, "main.c") == git.blob(base, "main.c")
+    assert git.out("rev-parse", f"{made}^") == base
+    # made again, the same commit: every lane checks out the same tree for it
+    assert trees.with_comments_of(git, base, comment) == (made, files)
+    # a header that differs in a token is the tree's own; the reference itself and no reference change nothing
+    assert trees.with_comments_of(git, token, comment) == (token, ())
+    assert trees.with_comments_of(git, comment, comment) == (comment, ())
+    assert trees.with_comments_of(git, base, None) == (base, ())
+    # checked out and built, it compiles the same objects as the reference's tree in another folder
+    src, out, ref_src, ref_out = tmp_path / "src", tmp_path / "build", tmp_path / "ref", tmp_path / "rbuild"
+    trees.checkout_detached(git, ref_src, comment)
+    build(ref_out, ref_src)
+    trees.checkout_detached(git, src, made)
+    build(out, src)
+    assert (src / "a.h").read_bytes() == (ref_src / "a.h").read_bytes()
+    assert not GitRepo(src).is_dirty()

@@ -56,13 +56,18 @@ def test_verify_on_the_cpu(project: Project, built) -> None:
     assert [s["label"] for s in data["steps"][2:5]] == list(load_series(project.patches_dir).patches[2].meta.mutation)
     assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
-    # its before tree lacks its one line of comment in ggml-backend.h, which every object of ggml includes: the
-    # lane built it after the mutations and compiled none of them again
-    assert data["steps"][0]["comment_only"] == ["ggml/include/ggml-backend.h"]
+    # its before tree lacks its one line of comment in ggml-backend.h, which every object of ggml includes: it is
+    # checked out as the series head has it, as after and the mutations had it, so the switch compiled none of them
+    # again (patch 6's comment in ggml-metal-fusion.cpp is the head's in every tree before it too)
+    assert "ggml/include/ggml-backend.h" in data["steps"][0]["reference_comments"]
+    assert data["steps"][0]["comment_only"] == []
+    assert "ggml/include/ggml-backend.h" not in data["steps"][1]["reference_comments"]
     # patch 2's tree before the fix builds and fails by behaviour; its mutations (iter and opt_i advanced, the
     # failed step recorded, the partial gradients kept) are seen failing too
     data = json.loads(outcomes[eval_status].evidence_json.read_text())
     assert [s["tree"] for s in data["steps"]] == ["before", "after", "mutation", "mutation", "mutation", "parent"]
+    # every tree of patch 2 lacks that line too: compiled alike, in the head's version
+    assert all("ggml/include/ggml-backend.h" in s["reference_comments"] for s in data["steps"])
     assert data["steps"][0]["verdict"] == "fails"
     assert {s["verdict"] for s in data["steps"][2:5]} == {"fails"}
     assert FAILED not in {s["verdict"] for s in data["steps"]}

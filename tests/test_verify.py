@@ -317,7 +317,8 @@ def test_a_llama_program_is_built_ahead_only_for_a_tree_with_the_same_llama_side
     both = CALC_C.replace("add(int a, int b) { return a - b;", "add(int a, int b) { return a + b;").replace(
         "sub(int a, int b) { return a + b;", "sub(int a, int b) { return a - b;")
     commit_files(src, {"ggml/src/calc.c": both,
-                       "ggml/include/calc.h": CALC_H.replace("int calc_sub(", "/* the difference */\nint calc_sub("),
+                       # a declaration more (a comment would not do: every tree compiles the head's comments)
+                       "ggml/include/calc.h": CALC_H.replace("int calc_sub(", "int calc_zero(void);\nint calc_sub("),
                        "tests/test-sub.cpp": program_source("sub", "calc_sub(5, 3)", 2)},
                  "calc : sub subtracts" + trailers("cpu", "test-sub"))
     project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")

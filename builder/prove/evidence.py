@@ -39,6 +39,10 @@ class Step:
     comment_only: tuple[str, ...] = ()
     """Files that differ from the tree built before in the same folder in comments and whitespace only:
     what was compiled from them there was kept, the same code (builder.prove.trees)."""
+    reference_comments: tuple[str, ...] = ()
+    """Files that differ from the series head's in comments and whitespace only: checked out (and compiled,
+    where the build compiles them) in the head's version, the same code, as every tree of the run has them
+    (builder.prove.trees.with_comments_of)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ def from_dict(data: dict) -> Evidence:
     d = dict(data)
     d["steps"] = tuple(Step(**{**s, "build_errors": tuple(s.get("build_errors", ())),
                                "tests": tuple(s.get("tests", ())),
-                               "comment_only": tuple(s.get("comment_only", ()))}) for s in d["steps"])
+                               "comment_only": tuple(s.get("comment_only", ())),
+                               "reference_comments": tuple(s.get("reference_comments", ()))}) for s in d["steps"])
     d["hunks"] = tuple(d.get("hunks", ()))
     d["cases"] = tuple(d.get("cases", ()))
     return Evidence(**d)
@@ -175,6 +180,9 @@ def markdown(ev: Evidence) -> str:
         if s.comment_only:
             out.append(f"- changed in comments and whitespace only since the tree built before it, so not compiled "
                        f"again: {', '.join(f'`{f}`' for f in s.comment_only)}")
+        if s.reference_comments:
+            out.append(f"- checked out as the series head has them, which differ from this tree's in comments and "
+                       f"whitespace only (the same code): {', '.join(f'`{f}`' for f in s.reference_comments)}")
         if s.build_errors:
             where = "only in the patch's test files" if s.errors_only_in_test_paths else "outside the test files"
             out.append(f"- compiler errors ({where}):")

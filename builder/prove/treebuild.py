@@ -28,7 +28,7 @@ from builder.prove import hunks as hk
 from builder.prove.pipeline import programs_for
 from builder.prove.runner import Limits, limit_of
 from builder.prove.schedule import FirstBuilds
-from builder.prove.trees import Trees, checkout_detached, library_sources
+from builder.prove.trees import Trees, checkout_detached, library_sources, with_comments_of
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
 
@@ -81,6 +81,14 @@ class TreeBuilder:
         self.kept: tuple[str, ...] = ()
         """The files of the tree checked out last that differ from the one before only in comments and
         whitespace: what the build folder compiled from them before is kept (trees.checkout_detached)."""
+        self.reference: str | None = None
+        """The tree whose objects the compiler cache holds (the series head, which `patchset build` compiled):
+        each tree is checked out with its version of the files that differ from it in comments and whitespace
+        only (trees.with_comments_of), so every lane compiles them alike."""
+        self.theirs: tuple[str, ...] = ()
+        """Those files of the tree checked out last (compiled in the reference's version)."""
+        self._targets: dict[str, tuple[str, tuple[str, ...]]] = {}
+        """Per commit, what `target` checks out for it (shared by the lanes: each tree is lexed once)."""
         self.later: list[tuple[Trees, tuple[str, ...]]] = []
         """Trees and test programs of the jobs still to come: what a build may make for them too."""
         self.inputs: dict[str, tuple[str, ...] | None] = {}
@@ -108,6 +116,8 @@ class TreeBuilder:
                             timeout=self.timeout, lane=lane, jobserver=jobserver)
         other.inputs = self.inputs
         other._libraries = self._libraries
+        other.reference = self.reference
+        other._targets = self._targets
         other.test_gate = test_gate
         other.first_builds = first_builds
         return other
@@ -124,9 +134,17 @@ class TreeBuilder:
         """What progress calls a tree's step: the run's position, the patch, its backend and the tree."""
         return f"{self.position + ': ' if self.position else ''}{patch.name} [{backend}] {kind}"
 
+    def target(self, commit: str) -> tuple[str, tuple[str, ...]]:
+        """What is checked out for `commit`: it with the reference's comments (trees.with_comments_of), and the files
+        they change."""
+        if commit not in self._targets:
+            self._targets[commit] = with_comments_of(self.work.git, commit, self.reference)
+        return self._targets[commit]
+
     def checkout(self, commit: str) -> None:
-        self.kept = checkout_detached(self.work.git, self.src, commit) if self._checked_out != commit else ()
-        self._checked_out = commit
+        target, self.theirs = self.target(commit)
+        self.kept = checkout_detached(self.work.git, self.src, target) if self._checked_out != target else ()
+        self._checked_out = target
 
     # -- one tree --------------------------------------------------------------------------------
     def _is_work_tree(self, commit: str) -> bool:
@@ -155,7 +173,7 @@ class TreeBuilder:
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
         reuse = self._is_work_tree(commit)
-        self.kept = ()
+        self.kept, self.theirs = (), ()
         if not reuse:
             self.checkout(commit)
         src = self.work.path if reuse else self.src
@@ -180,7 +198,7 @@ class TreeBuilder:
         # a lane's first build: after another lane's of the same libraries, from the compiler cache
         first: AbstractContextManager[object] = nullcontext()
         if self.first_builds is not None and self.last_build is None and not reuse:
-            first = self.first_builds.first(self.library_key(commit, backend, present))
+            first = self.first_builds.first(self.library_key(self.target(commit)[0], backend, present))
         with first:
             run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
                                   lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",
@@ -206,11 +224,11 @@ class TreeBuilder:
         tree_id = self.work.git.tree_of(commit)
         if not run.built:
             return ev.Step(kind, commit, tree_id, False, run.command, run.build_duration_s, run.errors[:20],
-                           run.only_tests, verdict=run.verdict)
+                           run.only_tests, verdict=run.verdict, reference_comments=self.theirs)
         runs = tuple({**_run_record(r), **({"runs": [_confirm_record(m) for m in more]} if more else {})}
                      for r, more in zip(run.results, self.last_confirm, strict=True))
         return ev.Step(kind, commit, tree_id, True, run.command, run.build_duration_s, tests=runs, verdict=run.verdict,
-                       comment_only=self.kept)
+                       comment_only=self.kept, reference_comments=self.theirs)
 
     def _log_dir(self, patch: Patch, backend: str) -> Path:
         return self.project.verify_dir / "logs" / patch.name.removesuffix(".patch") / backend
@@ -273,7 +291,8 @@ class TreeBuilder:
                 here = git.blob(commit, path)
                 later = [c for c in (trees.before, trees.after, *trees.mutations) if here and git.blob(c, path) == here]
                 if later and buildmod.links_llama(self.src, program):
-                    later = [c for c in later if self._llama_side(c) == self._llama_side(commit)]
+                    mine = self._llama_side(self.target(commit)[0])
+                    later = [c for c in later if self._llama_side(self.target(c)[0]) == mine]
                 if later:
                     found.append(program)
         return tuple(found)

@@ -8,6 +8,8 @@ A switch from tree to tree rewrites only the files that differ; a C-family file 
 comments and whitespace only (the same tokens, builder.prove.lexers) gets its time of before the
 switch back, so the build folder beside it does not compile again what includes it: the same code
 (patch 3's one line of comment in ggml-backend.h compiled all of ggml-cuda again, 226 s on 16 cores).
+And a tree is checked out with the series head's version of such files (`with_comments_of`), so that
+the trees of every lane and the patched build compile them alike and share objects in the compiler cache.
 """
 
 from __future__ import annotations
@@ -109,6 +111,28 @@ def comment_only_changes(git: GitRepo, old: str, new: str) -> tuple[str, ...]:
         if mine is not None and mine == lexers.tokens(texts[1].stdout, rel):
             same.append(rel)
     return tuple(same)
+
+
+def with_comments_of(git: GitRepo, commit: str, reference: str | None) -> tuple[str, tuple[str, ...]]:
+    """`commit`, or a commit of its tree with `reference`'s version of each C-family file that differs from it
+    in comments and whitespace only (comment_only_changes), and those files. What is compiled from it is the
+    same code, and every tree of a run compiles those files alike: the compiler cache finds the objects of one
+    tree's build in another's (patch 3's one line of comment in ggml-backend.h, which every object of ggml and
+    llama includes, compiled all of them again for each tree before it in a build folder of its own)."""
+    if not reference or reference == commit:
+        return commit, ()
+    same = comment_only_changes(git, reference, commit)
+    if not same:
+        return commit, ()
+    entries = git.run("ls-tree", "-z", reference, "--", *same).stdout
+    with tempfile.TemporaryDirectory(prefix="patchset-comments-") as tmp:
+        env = {**ISOLATED, **COMMITTER, **_DATE, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git.run("read-tree", commit, env=env)
+        git.run("update-index", "-z", "--index-info", env=env, input_text=entries)
+        tree = git.out("write-tree", env=env)
+        made = git.out("commit-tree", tree, "-p", commit, "-m",
+                       f"verify: {commit[:12]} with the comments of {reference[:12]}", env=env)
+    return made, same
 
 
 def _switch_keeping_times(src: Path, same: tuple[str, ...], switch: Callable[[], None]) -> tuple[str, ...]:

@@ -90,6 +90,9 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
     # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read
     remove_half_written(v.project.evidence_dir)
     trees = v.make_trees()
+    # the files other trees differ in by comments only are compiled as the series head has them (the
+    # patched build's version): every lane's build then finds those objects in the compiler cache
+    v.builder.reference = trees[max(trees)].after if trees else None
     # from the head of the series down: neighbouring trees differ least, so each switch of the
     # one verify worktree recompiles little
     plan = list(reversed(pairs))

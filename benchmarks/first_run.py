@@ -12,7 +12,7 @@ every core busy all the time), with the ratio to the goals (issue 44: cold withi
 260 s on 2; warm within 5 s).
 
     python benchmarks/first_run.py [--project DIR] [--jobs N] [--backend B] [--keep] [--no-sequential]
-                                   [--bundle FILE]
+                                   [--bundle FILE] [--lanes N]
 
 `--bundle` (a machine without network, such as the GPU host: `patchset fetch --export-bundle FILE`
 made elsewhere) puts the pin into each clone's empty cache from that git bundle before its cold run,
@@ -120,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sequential", action="store_true", help="only the concurrent run (cold, then warm)")
     ap.add_argument("--keep", action="store_true", help="keep the clones and their caches (their path is printed)")
     ap.add_argument("--bundle", type=Path, help="the pin as a git bundle, fetched into each empty cache untimed")
+    ap.add_argument("--lanes", type=int, help="the concurrent run's lanes (`patchset all --lanes`; default: its own)")
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="patchset-first-run-"))
     cores = os.cpu_count() or 1
     try:
         plan = [] if args.no_sequential else [("sequential", "seq", 1)]
-        plan += [("concurrent", "con", None), ("warm", "con", None)]
+        plan += [("concurrent", "con", args.lanes), ("warm", "con", args.lanes)]
         runs: list[tuple[str, int, float, float, dict]] = []
         for label, clone, lanes in plan:
             project = base / clone / "project"

@@ -54,8 +54,12 @@ def test_lanes_give_the_verdicts_of_one_lane(project_dir: Path, tmp_path: Path, 
 
 
 def test_how_many_lanes() -> None:
-    # on 2 or 3 slots one lane (the sequential run); else at most one per two slots, one per chain
+    # on 2 or 3 slots one lane (a canary round); else at most one per two slots, one per chain
     assert lanes_for(5, 2) == 1 and lanes_for(5, 3) == 1
+    # verify's trees run tests between their builds: two lanes on 2 or 3 slots (a build beside a test), one on 1
+    assert lanes_for(5, 2, with_tests=True) == 2 and lanes_for(5, 3, with_tests=True) == 2
+    assert lanes_for(5, 1, with_tests=True) == 1 and lanes_for(1, 2, with_tests=True) == 1
+    assert lanes_for(5, 16, with_tests=True) == lanes_for(5, 16)
     assert 1 <= lanes_for(5, 16) <= 5 and lanes_for(20, 16) <= 8
     assert lanes_for(5, 2, lanes=3) == 3 and lanes_for(2, 16, lanes=3) == 2 and lanes_for(1, 16) == 1
 

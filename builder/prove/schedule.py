@@ -45,12 +45,17 @@ def available_memory() -> int | None:
     return None
 
 
-def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared_objects: bool = True) -> int:
+def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared_objects: bool = True,
+              with_tests: bool = False) -> int:
     """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per two
-    job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane (the sequential
-    run). On 2 cores lanes cost more than they give: each lane's first build compiles the library
-    again where the compiler cache misses at once, and a cold `all` measured 339 CPU-s in one lane
-    and 393 in lanes (benchmarks/first_run.py). Without `shared_objects` (no compiler cache) each
+    job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane. With `with_tests`
+    (verify: a tree's test programs run between its builds, and test-backend-ops runs half the cores'
+    threads, one on 2 cores) two or three slots give two lanes: one lane builds while the other's test
+    runs. A cold `all` on 2 cores took 283 s (406 CPU-s) in one lane and 230 s (415 CPU-s) in two
+    (benchmarks/first_run.py --lanes 2, 2026-12-06), where 339 CPU-s in one lane had been 393 in two
+    before the lanes shared their first builds and every tree compiled the head's comments (the
+    compiler cache now finds a lane's objects in another's). A canary round (builds of different
+    commits, no tests between) keeps one lane there. Without `shared_objects` (no compiler cache) each
     lane compiles the whole library in its own folder: one lane (a cold `all` on 16 cores without
     ccache did not finish its lanes in the time the sequential run took)."""
     if chains <= 1:
@@ -62,7 +67,8 @@ def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared
     slots = jobs or os.cpu_count() or 1
     mem = available_memory()
     by_memory = max(1, mem // LANE_MEMORY_BYTES) if mem is not None else slots
-    return max(1, min(chains, slots // 2, by_memory))
+    by_slots = max(2, slots // 2) if with_tests and slots >= 2 else slots // 2
+    return max(1, min(chains, by_slots, by_memory))
 
 
 class FirstBuilds:

@@ -122,7 +122,8 @@ class Verifier:
                                              costs=costs, after_steps=after_steps))
         chains.sort(key=lambda c: -c.cost_s)
         slots = self.jobs or os.cpu_count() or 1
-        lanes = schedule.lanes_for(len(chains), self.jobs, self.lanes, shared_objects=find_ccache() is not None)
+        lanes = schedule.lanes_for(len(chains), self.jobs, self.lanes, shared_objects=find_ccache() is not None,
+                                   with_tests=True)
         return plan_mod.Plan(command, lanes, slots, tuple(chains), tuple(settled), steps)
 
     def make_trees(self) -> dict[int, Trees]:

@@ -110,7 +110,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             report.add((patch.name, backend), verdicts[-1])
         else:
             todo.append((patch, backend))
-    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes, shared_objects=find_ccache() is not None)
+    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes, shared_objects=find_ccache() is not None, with_tests=True)
     if lanes == 1:
         for i, (patch, backend) in enumerate(todo):
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests

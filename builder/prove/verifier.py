@@ -122,9 +122,12 @@ class Verifier:
                                              costs=costs, after_steps=after_steps))
         chains.sort(key=lambda c: -c.cost_s)
         slots = self.jobs or os.cpu_count() or 1
-        lanes = schedule.lanes_for(len(chains), self.jobs, self.lanes, shared_objects=find_ccache() is not None,
-                                   with_tests=True)
-        return plan_mod.Plan(command, lanes, slots, tuple(chains), tuple(settled), steps)
+        return plan_mod.Plan(command, self.lanes_for(len(chains)), slots, tuple(chains), tuple(settled), steps)
+
+    def lanes_for(self, chains: int) -> int:
+        """How many lanes prove `chains` chains (schedule.lanes_for: the trees run tests between their builds)."""
+        return schedule.lanes_for(chains, self.jobs, self.lanes, shared_objects=find_ccache() is not None,
+                                  with_tests=True)
 
     def make_trees(self) -> dict[int, Trees]:
         return make_trees(self.work.git, self.fetched.commit, self.series, self.project.patches_dir)

@@ -24,7 +24,6 @@ from builder import words
 from builder.compile import backends as backendmod
 from builder.compile import testrun
 from builder.compile.jobserver import Jobserver
-from builder.compile.toolchain import find_ccache
 from builder.fsutil import remove_half_written
 from builder.locking import project_lock
 from builder.progress import ProgressSink
@@ -110,7 +109,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             report.add((patch.name, backend), verdicts[-1])
         else:
             todo.append((patch, backend))
-    lanes = schedule.lanes_for(len(todo), v.jobs, v.lanes, shared_objects=find_ccache() is not None, with_tests=True)
+    lanes = v.lanes_for(len(todo))
     if lanes == 1:
         for i, (patch, backend) in enumerate(todo):
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests

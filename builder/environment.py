@@ -53,6 +53,8 @@ NOT_LISTED: dict[str, str] = {
     "PATCHSET_FAULT_PAUSE_AT": "the test suite's fault injection (builder/proc.py)",
     "PATCHSET_FAULT_PAUSE_FILE": "the test suite's fault injection (builder/proc.py)",
     "PATCHSET_FAULT_TRACE": "the test suite's fault injection (builder/proc.py)",
+    "LD_PRELOAD": "kept for a test program, after patchset's preload library that shows it its cores "
+                  "(builder/compile/testrun.py)",
 }
 """Variables the code reads that are not a person's settings: left out of the help and the docs, each with why."""
 

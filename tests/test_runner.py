@@ -3,21 +3,27 @@ one rule. Each test here is a point where the three once disagreed, on the calc 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 from pathlib import Path
 
+import pytest
 from helpers import Proj, Upstream
 
+from builder.compile import backends as backendmod
 from builder.gitrepo import GitRepo
 from builder.project import load_project
 from builder.prove import cases, fixed_upstream
 from builder.prove import hunks as hk
 from builder.prove.canary_check import checker as canary_checker
+from builder.prove.runner import gated, invocation
 from builder.prove.verify import verify
 from builder.series.apply import apply
 from builder.series.canary import KIND_BUILD
 from builder.series.load import load_series
-from builder.series.model import Patch
+from builder.series.model import Patch, TestSpec
 from builder.series.rebase import dry_run_rebase
 from builder.words import CANNOT_TELL, NOT_PROVEN, PROVEN
 from tests.test_bump import SUB_FIX, make_mini, trailers
@@ -140,19 +146,25 @@ int main(int argc, char ** argv) {
 """
 
 
-def test_a_crash_in_the_middle_of_a_program_leaves_the_cases_after_it_an_outcome(tmp_path: Path) -> None:
-    """Without the fix test-backend-ops crashes in ADD(a=2), the third of four cases: it is run again past that
-    case (`-p`), so ADD(a=3) after it has an outcome (it fails, and passes with the fix: proof), and the
-    crashing case is named as failing (crash), not left `not reached`."""
+def add_adds_proven(tmp_path: Path, program: str) -> dict:
+    """The evidence of `calc : add adds` (calc_add subtracted), its test `program` as test-backend-ops, proven
+    on the CPU."""
     src = init_upstream(tmp_path, {"ggml/CMakeLists.txt": GGML_CMAKE, "ggml/include/calc.h": CASES_CALC_H,
                                    "ggml/src/calc.c": CASES_CALC_C})
     commit_files(src, {"ggml/src/calc.c": CASES_CALC_C.replace("return a - b;", "return a + b;"),
-                       "tests/test-backend-ops.cpp": FILTERED}, "calc : add adds" + meta("test-backend-ops"))
+                       "tests/test-backend-ops.cpp": program}, "calc : add adds" + meta("test-backend-ops"))
     project = load_project(root=write_project(tmp_path, src), cache_dir=tmp_path / "cache")
     apply(project)
     (v,) = verify(project, backends=["cpu"], timeout=30).verdicts
     assert v.outcome == PROVEN, v.reason
-    data = json.loads(v.evidence_json.read_text())
+    return json.loads(v.evidence_json.read_text())
+
+
+def test_a_crash_in_the_middle_of_a_program_leaves_the_cases_after_it_an_outcome(tmp_path: Path) -> None:
+    """Without the fix test-backend-ops crashes in ADD(a=2), the third of four cases: it is run again past that
+    case (`-p`), so ADD(a=3) after it has an outcome (it fails, and passes with the fix: proof), and the
+    crashing case is named as failing (crash), not left `not reached`."""
+    data = add_adds_proven(tmp_path, FILTERED)
     rows = {r["case"]: (r["before"], r["role"]) for r in data["cases"]}
     assert rows["ADD(a=2)"] == (cases.CRASH, cases.PROOF), rows
     assert rows["ADD(a=3)"] == (cases.FAIL, cases.PROOF), rows
@@ -270,3 +282,41 @@ def test_a_reverted_hunk_whose_test_fails_in_some_runs_only_is_not_caught(tmp_pa
     (hunk,) = v.hunks
     assert hunk["outcome"] == hk.UNGUARDED and "flaky (2 of 3 runs)" in hunk["reason"], hunk
     assert v.outcome == NOT_PROVEN
+
+
+# a one-case test whose case names the cores the program sees (std::thread::hardware_concurrency, as
+# test-backend-ops sizes its threads)
+CORES_NAMED = """\
+#include "calc.h"
+#include <cstdio>
+#include <thread>
+int main() {
+    printf("Backend 1/1: CPU\\n");
+    bool ok = calc_add(2, 3) == 5;
+    printf("  ADD(cores=%u): %s\\n", std::thread::hardware_concurrency(), ok ? "OK" : "FAIL");
+    printf("  %d/1 tests passed\\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+}
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the preload library is built on Linux only")
+def test_a_proofs_test_programs_see_the_cores_patchset_shows_whatever_the_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a backend that computes on this machine's CPU each run of a proof shows its programs TEST_CORES
+    cores (one thread of test-backend-ops, on any machine), says so in the evidence's conditions, and runs
+    on its lane's job slot, never behind the gate that keeps a GPU backend's programs one at a time."""
+    shown = 3 if os.cpu_count() != 3 else 5  # not this machine's count, so the case name tells them apart
+    monkeypatch.setattr(backendmod, "TEST_CORES", shown)
+    data = add_adds_proven(tmp_path, CORES_NAMED)
+    assert {r["case"] for r in data["cases"]} == {f"ADD(cores={shown})"}, data["cases"]
+    assert data["conditions"]["cores"] == shown
+    cpu = invocation(TestSpec("test-backend-ops", ()), "cpu")
+    cuda = invocation(TestSpec("test-backend-ops", ()), "cuda")
+    assert (cpu.cores, cuda.cores) == (shown, None)
+    entered = []
+    gate = lambda: entered.append(1) or contextlib.nullcontext()  # noqa: E731
+    with gated(cpu, gate):
+        assert entered == []
+    with gated(cuda, gate):
+        assert entered == [1]

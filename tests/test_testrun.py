@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.compile.caseselect import _params_regex
+from builder.compile.cmakebuild import CORES_LIBRARY, MINIMAL_CMAKE_DIR
 from builder.compile.reports import junit_xml, report_dict
 from builder.compile.testrun import (
     CRASHED,
@@ -35,6 +38,7 @@ from builder.compile.testrun import (
     series_ops,
     tree_verdict,
 )
+from builder.errors import TestRunError
 
 DATA = Path(__file__).parent / "data"
 
@@ -435,3 +439,37 @@ def test_test_alloc_cases_are_read_and_an_abort_is_the_case_it_happened_in() -> 
     assert before.cases[-1].case_id == "test_sched_graph_not_allocated()"
     assert "GGML_ASSERT(" in before.cases[-1].detail
     assert before.verdict == CRASHED
+
+
+CORES_SEEN = r"""
+#include <cstdio>
+#include <thread>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+int main() {
+    std::printf("hardware_concurrency=%u get_nprocs=%d sysconf=%ld\n", std::thread::hardware_concurrency(),
+                get_nprocs(), sysconf(_SC_NPROCESSORS_ONLN));
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the preload library is built on Linux only")
+def test_a_program_is_shown_the_cores_it_is_given_through_the_preload_library(tmp_path: Path) -> None:
+    # test-backend-ops and test-opt size their threads from hardware_concurrency (get_nprocs in libstdc++)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "cores.cpp").write_text(CORES_SEEN)
+    subprocess.run(["c++", "-o", str(bin_dir / "cores"), str(tmp_path / "cores.cpp")], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(bin_dir / CORES_LIBRARY),
+                    str(MINIMAL_CMAKE_DIR / "cores.c"), "-ldl"], check=True)
+    shown = run_program(bin_dir, Invocation("cores", (), cores=5), tmp_path / "shown.log")
+    assert shown.returncode == 0
+    assert "hardware_concurrency=5 get_nprocs=5 sysconf=5" in (tmp_path / "shown.log").read_text().splitlines()
+    n = os.cpu_count()
+    run_program(bin_dir, Invocation("cores", ()), tmp_path / "own.log")
+    assert f"hardware_concurrency={n} get_nprocs={n} sysconf={n}" in (tmp_path / "own.log").read_text().splitlines()
+    # a folder without the library: refused before the program runs, never run on the machine's cores
+    (bin_dir / CORES_LIBRARY).unlink()
+    with pytest.raises(TestRunError, match=f"{CORES_LIBRARY}: not built, so cores cannot be shown 5 cores"):
+        run_program(bin_dir, Invocation("cores", (), cores=5), tmp_path / "refused.log")

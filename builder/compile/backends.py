@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,8 @@ class BackendProfile:
     ggml_dirs: tuple[str, ...] = ("ggml-cpu",)
     """The folders of ggml/src whose backends a build for this one compiles (the other `ggml-*` folders
     it leaves alone): what two trees must have alike for one to find the other's objects."""
+    on_host: bool = True
+    """Its test programs compute on this machine's CPU (the CPU backend and the stand-ins), not on a GPU."""
 
 
 REPLAY_NOTE = ("host-side replay, not a run on Apple hardware: the tree's Metal host C++ (the op encoders of "
@@ -59,9 +62,9 @@ def _harness(*dirs: Path) -> tuple[Path, ...]:
 PROFILES: dict[str, BackendProfile] = {
     "cpu": BackendProfile("cpu", (), ("linux", "darwin", "win32"), "CPU"),
     "metal": BackendProfile("metal", ("-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"), ("darwin",), "MTL0",
-                            ggml_dirs=("ggml-cpu", "ggml-metal")),
+                            ggml_dirs=("ggml-cpu", "ggml-metal"), on_host=False),
     "cuda": BackendProfile("cuda", ("-DGGML_CUDA=ON",), ("linux", "win32"), "CUDA0",
-                           ggml_dirs=("ggml-cpu", "ggml-cuda")),
+                           ggml_dirs=("ggml-cpu", "ggml-cuda"), on_host=False),
     "metal-replay": BackendProfile(
         "metal-replay", ("-DPATCHSET_METAL_REPLAY=ON",), ("linux", "darwin"), "MTL0-REPLAY",
         programs=("test-backend-ops",), target_sets=("minimal",),
@@ -74,6 +77,20 @@ PROFILES: dict[str, BackendProfile] = {
         harness=_harness(METAL_LINUX_DIR, REPLAY_DIR), selftest="patchset-replay-selftest", note=METAL_LINUX_NOTE,
         ggml_dirs=("ggml-cpu", "ggml-metal")),
 }
+
+TEST_CORES = 2
+"""The cores a proof's test program is shown on a backend that computes on this machine's CPU (Linux:
+patchset's preload library, builder/cmake/cores.c). test-backend-ops and test-opt take half the cores
+as threads: one thread on any machine, as on a 2-core one, so a result does not depend on the machine's
+size and several programs run at once, each on one job slot, without ggml's threads spinning against
+each other."""
+
+
+def cores_shown(backend: str) -> int | None:
+    """The cores a proof's test program on `backend` is shown (TEST_CORES), or None where it sees the
+    machine's: a GPU backend (its programs run one at a time), or not Linux."""
+    return TEST_CORES if profile(backend).on_host and sys.platform == "linux" else None
+
 
 def harness_digest(backend: str) -> str:
     """A hash of the harness sources a backend compiles into the test programs ("" when it has none)."""

@@ -95,7 +95,7 @@ def selecting(inv: Invocation, cases: list[CaseResult] | tuple[CaseResult, ...]
     args = _without(inv.args, sel.ops)
     # the mode stays the first argument (test-backend-ops reads `grad`/`test` positionally)
     lead = args[:1] if args and not args[0].startswith("-") else ()
-    return Invocation(inv.program, (*lead, sel.ops, ops, *args[len(lead):]), inv.sql, inv.trace_env), keys
+    return replace(inv, args=(*lead, sel.ops, ops, *args[len(lead):])), keys
 
 
 _ECMA_SYNTAX = re.compile(r"([\^$\\.*+?()\[\]{}|/])")
@@ -137,7 +137,7 @@ def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float |
     else every case."""
     sel = CASE_FILTERS.get(inv.program)
     if only is not None and sel is not None and sel.flag not in inv.args:
-        inv = Invocation(inv.program, (*inv.args, sel.flag, _params_regex(only, [])), inv.sql, inv.trace_env)
+        inv = replace(inv, args=(*inv.args, sel.flag, _params_regex(only, [])))
         base = inv.args[:-2]
     else:
         base = inv.args
@@ -159,7 +159,7 @@ def run_past_crashes(bin_dir: Path, inv: Invocation, log: Path, timeout: float |
             skipped.append(sel.key(crash))
         # every case (of `only`) but those that crashed
         regex = _params_regex(only, skipped)
-        again = run_program(bin_dir, Invocation(inv.program, (*base, sel.flag, regex), inv.sql, inv.trace_env),
+        again = run_program(bin_dir, replace(inv, args=(*base, sel.flag, regex)),
                             log.with_name(f"{log.stem}-past-{len(runs) + 1}{log.suffix}"), timeout)
         if not _applied(sel, again, regex):
             # it ran every case again, and crashed where it did: it says nothing of the cases after the crash

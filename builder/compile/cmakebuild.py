@@ -29,6 +29,12 @@ from builder.progress import NullProgress, ProgressSink
 log = logging.getLogger("patchset")
 
 MINIMAL_CMAKE_DIR = Path(__file__).parent.parent / "cmake"
+MINIMAL_FILES = ("CMakeLists.txt", "cores.c")
+"""The files of the minimal project: what a slice carries, and what a proof's key reads."""
+CORES_LIBRARY = "libpatchset-cores.so"
+"""The preload library a minimal build on Linux makes in bin/ (builder/cmake/cores.c): a test program
+run with it and `CORES_ENV` set sees that many cores."""
+CORES_ENV = "PATCHSET_CORES_SHOWN"
 DEFAULT_PROGRAMS = ("test-opt", "test-backend-ops")
 TREE_LINK = "tree"
 """In a minimal build folder, a link to the tree it builds: the compiler sees the tree there, and
@@ -204,7 +210,8 @@ def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
         return spec.build_targets
     # a stand-in's self-test comes with its test programs: verify checks the kernel models with it
     selftest = profile(spec.backend).selftest
-    return (*spec.build_targets, *((selftest,) if selftest else ()), "patchset-order")
+    cores = ("patchset-cores",) if sys.platform == "linux" else ()
+    return (*spec.build_targets, *((selftest,) if selftest else ()), *cores, "patchset-order")
 
 
 def _record_path(build_dir: Path) -> Path:

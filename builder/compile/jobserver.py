@@ -5,10 +5,11 @@ its own (an explicit `-j` wins over the jobserver), it runs one job on its impli
 a token from the fifo for each further one. One pool of N slots (N-1 tokens in the fifo, and the
 implicit slot this process holds) bounds every ninja of a run together, however many trees build
 at once. A lane of the scheduler takes a slot (`slot()`) for as long as it builds or tests a tree:
-its ninja's implicit job runs on that slot. A test program's threads use every core (and ggml's
-spin while they wait for each other): one runs at a time (`alone()`), and while it runs it holds
-every token the other lanes' builds give back, so their ninjas start no further job beside it
-(each keeps its implicit one).
+its ninja's implicit job runs on that slot, and so does a test program shown a few cores
+(backends.cores_shown). A test program whose threads use every core (a GPU backend's: ggml's spin while
+they wait for each other) runs one at a time (`alone()`), and while it runs it holds every token the
+other lanes' builds give back, so their ninjas start no further job beside it (each keeps its
+implicit one).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Jobserver:
 
     @contextmanager
     def alone(self) -> Iterator[None]:
-        """One test program at a time among the lanes, each on its lane's slot: a test program's
+        """One test program that sees every core at a time among the lanes, each on its lane's slot: its
         threads use every core and ggml's spin while they wait for each other, so two at once run
         many times slower (measured on 16 cores). Builds of other lanes go on meanwhile, each on its
         lane's slot alone: the tokens in the pool, and those their jobs give back while the program

@@ -8,6 +8,7 @@ print SQL rows (`--output sql`), which carry a `passed` field per case; it does 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from builder import proc, words
 from builder.compile import replay
+from builder.compile.cmakebuild import CORES_ENV, CORES_LIBRARY
 from builder.errors import TestRunError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -322,6 +324,9 @@ class Invocation:
     sql: bool = False
     trace_env: str | None = None
     """Environment variable through which the program writes a dispatch trace (next to its log)."""
+    cores: int | None = None
+    """The cores the program is shown (backends.cores_shown, through the build's preload library
+    cmakebuild.CORES_LIBRARY); None: the machine's."""
 
     @property
     def command(self) -> str:
@@ -352,6 +357,13 @@ def run_program(bin_dir: Path, inv: Invocation, log: Path, timeout: float | None
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     env: dict[str, str] = {}
+    if inv.cores is not None:
+        shim = bin_dir / CORES_LIBRARY
+        if not shim.is_file():
+            raise TestRunError(f"{shim}: not built, so {inv.program} cannot be shown {inv.cores} cores "
+                               "(run `patchset build` first)")
+        preload = os.environ.get("LD_PRELOAD", "").strip()
+        env.update({"LD_PRELOAD": f"{shim} {preload}".strip(), CORES_ENV: str(inv.cores)})
     trace = None
     if inv.trace_env:
         trace = log.with_suffix(".trace.jsonl")

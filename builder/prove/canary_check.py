@@ -13,7 +13,8 @@ tree one file away from the last one built recompiles that file.
 With lanes (`--lanes`, or as many as the cores, memory and a compiler cache allow: the scheduler's
 rule, `schedule.lanes_for`) a bisection round checks that many commits at once, each tree in a lane's
 own worktree and build folder (verify's `src-N`, `verify-BACKEND-minimal-N`), every build on one
-jobserver of `--jobs` slots and one test program at a time (builder/prove/schedule.py).
+jobserver of `--jobs` slots, a test program on its lane's slot (runner.gated; a GPU backend's one at a
+time) (builder/prove/schedule.py).
 """
 
 from __future__ import annotations

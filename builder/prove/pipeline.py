@@ -201,10 +201,11 @@ def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...], ll
         for m in src.getmembers():
             dst.addfile(m, src.extractfile(m) if m.isfile() else None)
             count += m.isfile()
-        cm = (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_bytes()
-        info = tarfile.TarInfo("CMakeLists.txt")
-        info.size, info.mtime, info.mode = len(cm), int(time.time()), 0o644
-        dst.addfile(info, io.BytesIO(cm))
+        for name in buildmod.MINIMAL_FILES:
+            data = (buildmod.MINIMAL_CMAKE_DIR / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            dst.addfile(info, io.BytesIO(data))
         readme = (f"patchset slice of {commit}\nprograms: {';'.join(progs)}\n"
                   f"build: cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=Release "
                   f"-DPATCHSET_TESTS=\"{';'.join(progs)}\" -DPATCHSET_LLAMA_TESTS=\"{';'.join(llama)}\" "
@@ -212,5 +213,5 @@ def _write_slice(plain: Path, tmp: Path, commit: str, progs: tuple[str, ...], ll
         info = tarfile.TarInfo("PATCHSET-SLICE.txt")
         info.size, info.mtime, info.mode = len(readme), int(time.time()), 0o644
         dst.addfile(info, io.BytesIO(readme))
-        count += 2
+        count += len(buildmod.MINIMAL_FILES) + 1
     return count

@@ -65,7 +65,7 @@ class ProofKeys:
         """What a proof depends on besides its trees and the compiler (which `key` and `depends_now` add)."""
         inputs: dict[str, object] = {
             "backend": backend, "tests": [str(t) for t in tests], "meta": asdict(patch.meta),
-            "cmake": (buildmod.MINIMAL_CMAKE_DIR / "CMakeLists.txt").read_text(),
+            "cmake": {name: (buildmod.MINIMAL_CMAKE_DIR / name).read_text() for name in buildmod.MINIMAL_FILES},
             "harness": backendmod.harness_digest(backend)}
         if extra := buildmod.user_cmake_args():  # absent when unset: keys made without it stay the same
             inputs["cmake_args"] = list(extra)
@@ -74,15 +74,17 @@ class ProofKeys:
     def conditions(self, patch: Patch, backend: str, tests: list[TestSpec]) -> dict[str, object]:
         """What a verdict depends on besides the trees, the sources and the compiler: which backends it
         needs that this machine lacks (a `needs X` verdict is of a machine without X), the time limit,
-        the number of confirming runs, the environment the tests read (LLAMA_* and GGML_*, values
-        hashed), the interpreter and its packages for Python tests, and the Objective-C compiler and
-        toolchain for metal-linux.
+        the number of confirming runs, the cores the test programs were shown (backends.cores_shown),
+        the environment the tests read (LLAMA_* and GGML_*, values hashed), the interpreter and its
+        packages for Python tests, and the Objective-C compiler and toolchain for metal-linux.
         Recorded in the evidence as `conditions`."""
         here = self.here() if self.here is not None else [backend]
         declared = patch.meta.backends
         needed = [backend] if backend in declared or not declared else list(declared)
         out: dict[str, object] = {"missing": [b for b in needed if b not in here], "timeout": self.timeout,
                                    "confirm": self.confirm}
+        if (cores := backendmod.cores_shown(backend)) is not None:
+            out["cores"] = cores
         if env := read_environment():
             out["env"] = env
         if any(pytests.is_python(t) for t in tests):

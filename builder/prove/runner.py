@@ -40,13 +40,14 @@ def limit_of(limits: Limits, command: str) -> float | None:
 
 
 def invocation(t: TestSpec, backend: str) -> testrun.Invocation:
-    """How a test runs on a backend: test-backend-ops gets the backend's device, and each program the
-    backend's trace variable."""
+    """How a test runs on a backend: test-backend-ops gets the backend's device, each program the
+    backend's trace variable and the cores it is shown (backends.cores_shown)."""
     args = list(t.args)
     prof = backendmod.profile(backend)
     if t.program == "test-backend-ops" and "-b" not in args:
         args += ["-b", prof.device]
-    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env)
+    return testrun.Invocation(t.program, tuple(args), trace_env=prof.trace_env,
+                              cores=backendmod.cores_shown(backend))
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,15 @@ class TreeRun:
 
 
 LogOf = Callable[[int, testrun.Invocation], Path]
-Gate = Callable[[], AbstractContextManager[object]]
-"""Held around each test program's run (TreeBuilder.test_gate)."""
 """Where the log of the i-th test (from 1) goes."""
+Gate = Callable[[], AbstractContextManager[object]]
+"""Held around each run of a test program that sees every core (TreeBuilder.test_gate)."""
+
+
+def gated(inv: testrun.Invocation, gate: Gate) -> AbstractContextManager[object]:
+    """The gate around one program's run: a program shown a few cores runs on its lane's job slot beside
+    the others; one that sees every core (a GPU backend's) runs alone (`gate`)."""
+    return nullcontext() if inv.cores is not None else gate()
 
 
 def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpec], backend: str,
@@ -83,8 +90,8 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
              label: str, gate: Gate = nullcontext) -> TreeRun:
     """Build the tree checked out at `src` with the first of `specs` (each later one is tried when the one
     before failed: a build that also made programs ahead for later trees, then the tree's own), run
-    `tests` on it, and judge it; `gate` is held around each test program's run (the scheduler's lanes
-    run one test program at a time)."""
+    `tests` on it, and judge it; `gate` is held around each run of a test program that sees every core
+    (`gated`)."""
     progress.begin(f"{label}: building", None)
     spec = specs[0]
     # ninja's count moves this step's (CI logs see `[N/M]` lines, a terminal one bar)
@@ -108,7 +115,7 @@ def run_tree(specs: Sequence[buildmod.BuildSpec], src: Path, tests: list[TestSpe
     for i, t in enumerate(tests, 1):
         inv = invocation(t, backend)
         progress.begin(f"{label}: {inv.program}", None)
-        with gate():
+        with gated(inv, gate):
             results.append(caseselect.run_past_crashes(result.bin_dir, inv, log_of(i, inv),
                                                     limit_of(timeout, inv.command)))
         progress.end()
@@ -188,7 +195,7 @@ def confirm(run: TreeRun, tests: list[TestSpec], backend: str, runs: int, decide
         more = []
         for k in range(2, runs + 1):
             progress.begin(f"{label}: {inv.program} (run {k} of {runs})", None)
-            with gate():
+            with gated(inv, gate):
                 more.append(caseselect.run_past_crashes(run.bin_dir, inv, log_of(i, k, inv), limit, only))
             progress.end()
         out.append(tuple(more))

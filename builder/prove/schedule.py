@@ -49,10 +49,10 @@ def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared
               with_tests: bool = False) -> int:
     """How many lanes to run `chains` in: `lanes` when given, else one per chain, at most one per two
     job slots and per LANE_MEMORY_BYTES available; `jobs` of 3 or less is one lane. With `with_tests`
-    (verify: a tree's test programs run between its builds, and test-backend-ops runs half the cores'
-    threads, one on 2 cores) two or three slots give two lanes: one lane builds while the other's test
-    runs. A cold `all` on 2 cores took 283 s (406 CPU-s) in one lane and 230 s (415 CPU-s) in two
-    (benchmarks/first_run.py --lanes 2, 2026-12-06), where 339 CPU-s in one lane had been 393 in two
+    (verify: a tree's test programs run between its builds, on one thread, backends.cores_shown) two or
+    three slots give two lanes: one lane builds while the other's test runs. A cold `all` on 2 cores
+    took 283 s (406 CPU-s) in one lane and 230 s (415 CPU-s) in two (benchmarks/first_run.py --lanes 2,
+    2026-12-06), where 339 CPU-s in one lane had been 393 in two
     before the lanes shared their first builds and every tree compiled the head's comments (the
     compiler cache now finds a lane's objects in another's). A canary round (builds of different
     commits, no tests between) keeps one lane there. Without `shared_objects` (no compiler cache) each

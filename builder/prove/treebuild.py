@@ -71,8 +71,8 @@ class TreeBuilder:
         self.jobserver = jobserver
         """MAKEFLAGS of the run's jobserver, which every build joins (None: `jobs` of its own)."""
         self.test_gate: Callable[[], AbstractContextManager[object]] = nullcontext
-        """Held around each test program's run: in lanes, one test program at a time (its threads
-        use every core, and ggml's wait for each other spinning: two at once run many times slower)."""
+        """Held around each run of a test program that sees every core (runner.gated): in lanes, one
+        such program at a time (ggml's threads wait for each other spinning: two at once run many times slower)."""
         self.first_builds: FirstBuilds | None = None
         """Shared by a run's lanes: the lane's first build waits for another lane's first build of the same
         library sources (library_key), whose objects it then finds in the compiler cache."""

@@ -136,11 +136,15 @@ def series_programs(series: Series) -> list[str]:
 
 
 def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
-           trees: dict[str, str], current: dict[str, str]) -> list[str]:
+           trees: dict[str, str], now: SeriesNow) -> list[str]:
     """verify's evidence of the current patches, per backend: a proof that records these patch
     bytes, or any verdict whose after tree is the patch's after tree now (`trees`)."""
+    current = now.sha
+    programs = series_programs(series)
     skipped: list[str] = []
     by_backend: dict[str, dict[str, dict]] = {}
+    # per backend: every record taken is of its patch's after tree now (then the run was of these trees)
+    on_trees_now: dict[str, bool] = {}
     for patch in series.patches:
         stem = patch.name.removesuffix(".patch")
         for jpath in sorted((state_evidence / stem).glob("*.json")):
@@ -165,6 +169,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
                 skipped.append(f"{patch.name} on {backend}: made for other bytes of the patch")
                 continue
             by_backend.setdefault(backend, {})[stem] = _clean_json(data)  # type: ignore[assignment]
+            on_trees_now[backend] = on_trees_now.get(backend, True) and bool(same_tree)
     for backend, found in by_backend.items():
         folder = docs_root / backend
         # what an offline run of this update or an earlier update committed for the other patches
@@ -191,7 +196,12 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
         merged_command = command
         if prior and kept:
             merged_command = prior.command if prior.command.endswith(command) else f"{prior.command}; then {command}"
-        out.add(f"{backend}/verify.json", text, merged_command, date, machine, pin_text, {**kept_shas, **shas})
+        # made on the trees of now: each patch's input_digest, as a device run on these bytes records them, so
+        # that a later device run of other patches keeps these proofs while they hold (_keep_proofs)
+        inputs = {n: now.digest(n, programs) for n in now.sha} if on_trees_now.get(backend) else {}
+        proves = [n for n in (prior.proves if prior else []) if n.removesuffix(".patch") in kept] + list(shas)
+        out.add(f"{backend}/verify.json", text, merged_command, date, machine, pin_text, {**kept_shas, **shas},
+                inputs, programs, proves)
         run = {"format": "patchset-device-run/1", "date": date, "backend": backend, "host": host, "gpu": "",
                "compiler": host.get("compiler", ""), "pin": pin,
                "patches": [{"name": n, "sha256": s} for n, s in shas.items()],
@@ -450,7 +460,7 @@ def update(series: Series, root: Path, state_evidence: Path, from_dirs: tuple[Pa
         skipped += _from_gpu(gpu, out, now)
     # then verify's own evidence, newer than a device run's for the patches it covers
     if state_evidence.is_dir():
-        skipped += _local(series, state_evidence, out, docs_root, trees or {}, now.sha)
+        skipped += _local(series, state_evidence, out, docs_root, trees or {}, now)
     entries = load_manifest(docs_root)
     for rel, (text, entry) in out.files.items():
         atomic_write_text(docs_root / rel, text)

@@ -65,7 +65,8 @@ def program_inputs(build_dir: Path, source: Path, programs: tuple[str, ...]) -> 
         return None
     root = source.resolve()
     found = set()
-    for p in (*inputs, *headers, *cmake):
+    # each path once: every object's dependencies name the same headers again (about 20 times over in ggml)
+    for p in dict.fromkeys((*inputs, *headers, *cmake)):
         path = Path(p) if Path(p).is_absolute() else build_dir / p
         try:
             rel = path.resolve().relative_to(root)

@@ -27,6 +27,8 @@ C_LIKE = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".m", ".mm", ".metal
 _PUNCT = sorted(["%:%:", ">>=", "<<=", "<=>", "...", "->*", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==",
                  "!=", "&&", "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "##", ".*", "<:", ":>", "<%",
                  "%>", "%:"], key=len, reverse=True)
+# one alternation, longest first as _PUNCT is: the first that matches is the longest
+_PUNCT_RE = re.compile("|".join(re.escape(p) for p in _PUNCT))
 _IDENT = re.compile(r"[A-Za-z_$\x80-\U0010ffff][\w$\x80-\U0010ffff]*")
 _PPNUM = re.compile(r"\.?\d(?:[eEpP][+-]|'[\w]|[\w.])*")
 _ENCODING = re.compile(r"(?:u8|u|U|L)?")
@@ -107,7 +109,8 @@ def c_tokens(text: str) -> list[str]:
                 out.append(text[i:j + 1])
                 i = j + 1
                 continue
-        m = _RAW.match(text, i)
+        # only u, U, L and R start a raw string or an encoding prefix
+        m = _RAW.match(text, i) if ch in "uULR" else None
         if m:
             close = f"){m.group(1)}\""
             begin = _written(starts, m.end())
@@ -116,14 +119,14 @@ def c_tokens(text: str) -> list[str]:
             out.append(text[i:m.end()] + raw_text[begin:j])
             i = _joined(starts, j)
             continue
-        m = _ENCODING.match(text, i)
+        m = _ENCODING.match(text, i) if ch in "uUL" else None
         q = m.end() if m else i
         if q < n and text[q] in "\"'":
             j = _literal_end(text, q)
             out.append(text[i:j])
             i = j
             continue
-        m = _PPNUM.match(text, i)
+        m = _PPNUM.match(text, i) if ch.isdigit() or ch == "." else None
         if m:
             out.append(m.group(0))
             i = m.end()
@@ -137,7 +140,8 @@ def c_tokens(text: str) -> list[str]:
             if defines and text.startswith("(", i):
                 out.append(_FUNCTION_LIKE)
             continue
-        punct = next((p for p in _PUNCT if text.startswith(p, i)), ch)
+        m = _PUNCT_RE.match(text, i)
+        punct = m.group(0) if m else ch
         out.append(punct)
         i += len(punct)
     if directive:

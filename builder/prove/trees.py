@@ -115,6 +115,8 @@ def comment_only_changes(git: GitRepo, old: str, new: str) -> tuple[str, ...]:
 
 
 _TOKEN_DIGESTS: dict[tuple[str, str], str | None] = {}
+_TOKEN_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_TOKEN_LOCKS_LOCK = threading.Lock()
 
 
 def _token_digest(git: GitRepo, blob: str, rel: str) -> str | None:
@@ -122,11 +124,17 @@ def _token_digest(git: GitRepo, blob: str, rel: str) -> str | None:
     blob id for the process: every tree of a run is compared with the series head (with_comments_of), and lexing
     the head's test-backend-ops.cpp again for each took 17.5 s for the 21 trees of this series on 2 cores."""
     key = (blob, rel)
-    if key not in _TOKEN_DIGESTS:
-        text = git.run("cat-file", "blob", blob, check=False)
-        found = lexers.tokens(text.stdout, rel) if text.returncode == 0 else None
-        _TOKEN_DIGESTS[key] = None if found is None else hashlib.sha256(
-            "".join(f"{len(t)}:{t}" for t in found).encode("utf-8", "surrogatepass")).hexdigest()
+    if key in _TOKEN_DIGESTS:
+        return _TOKEN_DIGESTS[key]
+    # once per blob: lanes that reach the same file at once wait for the first to lex it
+    with _TOKEN_LOCKS_LOCK:
+        lock = _TOKEN_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _TOKEN_DIGESTS:
+            text = git.run("cat-file", "blob", blob, check=False)
+            found = lexers.tokens(text.stdout, rel) if text.returncode == 0 else None
+            _TOKEN_DIGESTS[key] = None if found is None else hashlib.sha256(
+                "".join(f"{len(t)}:{t}" for t in found).encode("utf-8", "surrogatepass")).hexdigest()
     return _TOKEN_DIGESTS[key]
 
 

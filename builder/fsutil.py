@@ -52,11 +52,11 @@ HALF_WRITTEN = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
 half-way (the process was killed while it wrote; in verify's lanes, while another lane hit a kill)."""
 
 
-def remove_half_written(folder: Path) -> list[Path]:
-    """Remove the half-written files atomic_write left in `folder` and the folders below it; the caller
-    holds the lock of whatever writes there. Returns what was removed."""
-    gone = [f for f in sorted(folder.rglob(".*.tmp")) if f.is_file() and HALF_WRITTEN.match(f.name)] \
-        if folder.is_dir() else []
+def remove_half_written(folder: Path, *, below: bool = True) -> list[Path]:
+    """Remove the half-written files atomic_write left in `folder` and, with `below`, the folders below it;
+    the caller holds the lock of whatever writes there. Returns what was removed."""
+    found = (folder.rglob if below else folder.glob)(".*.tmp") if folder.is_dir() else ()
+    gone = [f for f in sorted(found) if f.is_file() and HALF_WRITTEN.match(f.name)]
     for f in gone:
         f.unlink(missing_ok=True)
     return gone

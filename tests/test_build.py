@@ -51,6 +51,21 @@ def test_build_noop_and_reconfigure(tmp_path: Path) -> None:
     assert changed.ok and changed.configured
 
 
+def test_a_record_whose_write_a_kill_cut_short_is_removed_by_the_next_build(tmp_path: Path) -> None:
+    """A kill while the build's record was written leaves atomic_write's temporary file; the next build of the
+    folder removes it (nothing below the folder's top is searched: a build folder holds thousands of files)."""
+    tree = make_tree(tmp_path / "tree")
+    s = spec(tree, tmp_path / "build")
+    assert build(s).ok
+    left = s.build_dir / "..patchset-built.json.k1ll3d00.tmp"
+    left.write_text('{"source": ')
+    deeper = s.build_dir / "bin" / ".other.x.tmp"
+    deeper.write_text("")
+    assert build(s).ok
+    assert not left.exists() and deeper.exists()
+    assert json.loads((s.build_dir / ".patchset-built.json").read_text())["source"] == str(tree)
+
+
 def _platform_entries(build_dir: Path) -> dict[str, str]:
     """The cache's compiler and binutils entries (CMake's FILEPATH entries)."""
     text = (build_dir / "CMakeCache.txt").read_text()

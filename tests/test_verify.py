@@ -192,6 +192,17 @@ def outcomes(report) -> dict[str, str]:
     return {v.patch.split("-", 1)[1].removesuffix(".patch"): v.outcome for v in report.verdicts}
 
 
+def test_a_lane_folders_half_written_record_is_removed_when_nothing_is_built(verified) -> None:
+    """A kill while a lane wrote its build folder's record leaves atomic_write's temporary file; the next verify
+    removes it, also when every proof still holds and no lane builds there again."""
+    project, _, _ = verified
+    left = project.build_root / "verify-cpu-minimal" / "..patchset-built.json.k1ll3d00.tmp"
+    left.write_text('{"source": ')
+    again = verify(project, backends=["cpu"])
+    assert all(v.reused for v in again.verdicts if v.outcome == PROVEN), [v.reason for v in again.verdicts]
+    assert not left.exists()
+
+
 def test_every_outcome(verified) -> None:
     _, report, _ = verified
     got = outcomes(report)

@@ -23,7 +23,7 @@ from builder.compile import llamacommon, objc_toolchain, platformseed
 from builder.compile.backends import TARGET_SETS, profile
 from builder.compile.toolchain import CcacheStats, Tool, ccache_stats, find_ccache, find_tool
 from builder.errors import InputError, StateError
-from builder.fsutil import atomic_write_text
+from builder.fsutil import atomic_write_text, remove_half_written
 from builder.progress import NullProgress, ProgressSink
 
 log = logging.getLogger("patchset")
@@ -322,8 +322,10 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     configured = False
     rec_file = _record_path(spec.build_dir)
     old = _read_config_record(rec_file)
-    # the binaries about to change no longer match the recorded source, whatever happens next
+    # the binaries about to change no longer match the recorded source, whatever happens next; a record
+    # whose write a kill cut short is removed too
     _built_path(spec.build_dir).unlink(missing_ok=True)
+    remove_half_written(spec.build_dir, below=False)
     # another tree behind the link has the same object names as the last: nothing of its build is kept
     if old and (old.get("cmake_source") != record["cmake_source"] or old.get("source") != record["source"]):
         _wipe(spec.build_dir, keep=log)

@@ -86,8 +86,11 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             on_verdict: Callable[[PatchVerdict], None] | None = None,
             also: Mapping[str, list[str]] | None = None) -> VerifyReport:
     pairs = _pairs(v, names, _backends(backends), also)
-    # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read
+    # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read;
+    # nor a lane build folder's record, whichever lane builds there next (or none)
     remove_half_written(v.project.evidence_dir)
+    for folder in v.project.build_root.glob("verify-*") if v.project.build_root.is_dir() else ():
+        remove_half_written(folder, below=False)
     trees = v.make_trees()
     # the files other trees differ in by comments only are compiled as the series head has them (the
     # patched build's version): every lane's build then finds those objects in the compiler cache

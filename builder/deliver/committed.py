@@ -107,6 +107,10 @@ class SeriesNow:
             self._digests[key] = input_digest(self._paths[name].read_bytes(), programs)
         return self._digests[key]
 
+    def digests(self, programs: list[str]) -> dict[str, str]:
+        """Every patch's `digest`, by name: what a run made on these bytes records as its inputs."""
+        return {name: self.digest(name, programs) for name in self.sha}
+
 
 def input_digest(mail: bytes, programs: list[str]) -> str:
     """sha256 of a patch's diff (file headers less blob ids, and hunks), less the sources of test

@@ -198,7 +198,7 @@ def _local(series: Series, state_evidence: Path, out: _Writer, docs_root: Path,
             merged_command = prior.command if prior.command.endswith(command) else f"{prior.command}; then {command}"
         # made on the trees of now: each patch's input_digest, as a device run on these bytes records them, so
         # that a later device run of other patches keeps these proofs while they hold (_keep_proofs)
-        inputs = {n: now.digest(n, programs) for n in now.sha} if on_trees_now.get(backend) else {}
+        inputs = now.digests(programs) if on_trees_now.get(backend) else {}
         proves = [n for n in (prior.proves if prior else []) if n.removesuffix(".patch") in kept] + list(shas)
         out.add(f"{backend}/verify.json", text, merged_command, date, machine, pin_text, {**kept_shas, **shas},
                 inputs, programs, proves)
@@ -390,7 +390,7 @@ def _from_gpu(gpu: GpuFolder, out: _Writer, now: SeriesNow) -> list[str]:
         invocation = str(run.get("invocation") or f"tools/gpu/run.sh --backend {backend} (steps: " + ", ".join(
             str(s.get("step")) for s in run.get("steps", [])) + ")")
         common = (str(run.get("date", "")), machine, _pin_text(run.get("pin", {})), shas)
-        inputs = {name: now.digest(name, programs) for name in now.sha} if shas == now.sha else {}
+        inputs = now.digests(programs) if shas == now.sha else {}
         outputs = _outputs(run)
         proven = []
         files = dict(gpu.files)

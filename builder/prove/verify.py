@@ -89,7 +89,7 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
     # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read;
     # nor a lane build folder's record, whichever lane builds there next (or none)
     remove_half_written(v.project.evidence_dir)
-    for folder in v.project.build_root.glob("verify-*") if v.project.build_root.is_dir() else ():
+    for folder in v.project.build_root.glob("verify-*"):
         remove_half_written(folder, below=False)
     trees = v.make_trees()
     # the files other trees differ in by comments only are compiled as the series head has them (the

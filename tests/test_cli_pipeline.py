@@ -204,6 +204,16 @@ def test_verify_in_lanes_off_a_terminal_prints_each_lanes_lines(mini: Mini,
     assert sorted(said.values()) == ["0001-calc-sub-subtracts.patch", "0002-calc-document-the-header.patch"], out
 
 
+def test_the_build_verify_reuses_is_still_the_one_test_runs_on(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify builds the series head's proof in the work tree's own folder (nothing compiled again): the folder's
+    record still names the tree built, so `patchset test` runs on it after verify, as after `patchset build` (the
+    record was written without a tree there, and test refused it)."""
+    assert mini.cli("build", "-j", "2") == 0
+    assert mini.cli("verify", "--backend", "cpu", "-j", "2", "--no-reuse") == 4
+    capsys.readouterr()
+    assert mini.cli("test") == 0, capsys.readouterr().err
+
+
 def test_all_is_exit_4_when_a_patch_is_not_proven(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     assert mini.cli("all", "-j", "2") == 4
     out = capsys.readouterr().out

@@ -189,7 +189,10 @@ class TreeBuilder:
             # the programs `patchset build` configured, less defaults a tree without them (a test's
             # mini-upstream) cannot configure
             mine = tuple(p for p in programs_for(src, self.series) if (src / "tests" / f"{p}.cpp").exists())
-            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-minimal", programs=mine)
+            # and the work tree's commit and tree, as `patchset build` records them (`patchset test` checks them)
+            spec = dataclasses.replace(spec, build_dir=self.project.build_root / f"{backend}-minimal", programs=mine,
+                                       source_commit=self.work.git.out("rev-parse", "HEAD"),
+                                       source_tree=self.work.worktree_tree())
         extra = self._shared_programs(commit, present) if not reuse else ()
         # a program built ahead for a later tree must not decide this tree's verdict: without it on failure
         specs = [spec] if reuse or not extra else [

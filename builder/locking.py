@@ -108,6 +108,26 @@ def hold(lock_file: Path, timeout: float, *, purpose: str = "", what: str = "thi
 
 
 @contextmanager
+def borrowed(lock_file: Path, owner: int) -> Iterator[None]:
+    """In a thread the thread `owner` started while it holds `lock_file`: this thread holds it too for the block,
+    re-entrantly (`all` builds and tests the patched tree in one thread while verify runs in its own, under
+    the one project lock). The owner joins this thread before it lets the lock go."""
+    path = lock_file.resolve() if lock_file.parent.exists() else lock_file.absolute()
+    key = (path, threading.get_ident())
+    with _guard:
+        if not _held.get((path, owner)):
+            raise RuntimeError(f"{lock_file}: not held by the thread that lends it")
+        _held[key] = _held.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with _guard:
+            _held[key] -= 1
+            if not _held[key]:
+                del _held[key]
+
+
+@contextmanager
 def project_lock(lock_file: Path, timeout: float | None = None, *, purpose: str = "") -> Iterator[None]:
     """Hold the project lock; wait up to `timeout` seconds (default: lock_timeout()) for another holder."""
     wait = lock_timeout() if timeout is None else timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tarfile
 import tomllib
 import xml.etree.ElementTree as ET
@@ -207,7 +208,7 @@ def test_verify_in_lanes_off_a_terminal_prints_each_lanes_lines(mini: Mini,
 def test_the_build_verify_reuses_is_still_the_one_test_runs_on(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
     """verify builds the series head's proof in the work tree's own folder (nothing compiled again): the folder's
     record still names the tree built, so `patchset test` runs on it after verify, as after `patchset build` (the
-    record was written without a tree there, and test refused it)."""
+    record was written without a tree there, and test refused it; `all` runs its tests beside verify now)."""
     assert mini.cli("build", "-j", "2") == 0
     assert mini.cli("verify", "--backend", "cpu", "-j", "2", "--no-reuse") == 4
     capsys.readouterr()
@@ -252,6 +253,49 @@ def test_all_says_where_the_time_went_and_reuses_everything_warm(mini: Mini, cap
     mini.cli("all", "-j", "2", "--json", str(js), "--junit", str(tmp_path / "j.xml"))
     capsys.readouterr()
     assert [p["reused"] for p in json_document(js.read_text())["phases"] if p["name"] == "test"] == [False]
+
+
+def test_all_builds_and_tests_beside_the_proofs_with_the_verdicts_of_one_step_after_another(
+        mini: Mini, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 44: `all` runs the patched tree's build and tests beside verify's lanes (`--lanes 1`: one step after
+    another, as before); the verdicts, each proof's trees and cases, and the tests' results are the same."""
+    found = {}
+    for label, extra in (("in order", ("--lanes", "1")), ("at once", ())):
+        shutil.rmtree(mini.root / ".patchset" / "evidence", ignore_errors=True)
+        (mini.root / ".patchset" / "test" / "all-cpu.json").unlink(missing_ok=True)
+        js = tmp_path / f"{label}.json"
+        assert mini.cli("all", "-j", "8", "--json", str(js), *extra) == 4
+        out = capsys.readouterr().out
+        data = json_document(js.read_text())
+        assert data["at_once"] is (label == "at once")
+        assert ("build and test, and verify at once" in out) is (label == "at once"), out
+        evidence = {}
+        for f in sorted((mini.root / ".patchset" / "evidence").glob("*/cpu.json")):
+            e = json.loads(f.read_text())
+            evidence[f.parent.name] = (e["outcome"], e["reason"], e["cases"],
+                                       [(s["tree"], s["verdict"]) for s in e["steps"]])
+        tests = [(p["program"], p["verdict"], p["passed"], p["failed"]) for p in data["tests"]["programs"]]
+        found[label] = (evidence, tests)
+    assert found["at once"] == found["in order"]
+    assert len(found["at once"][0]) == 2
+
+
+def test_all_plans_its_build_and_tests_beside_the_proofs(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.rmtree(mini.root / ".patchset" / "evidence", ignore_errors=True)  # no proof settled: both chains planned
+    # beside on 8 job slots or more (schedule.BESIDE_MIN_SLOTS), with lanes
+    for extra, beside in ((("-j", "8"), True), (("-j", "8", "--lanes", "1"), False), (("-j", "2"), False)):
+        assert mini.cli("all", "--plan", "--json", "-", *extra) == 0
+        out = capsys.readouterr().out
+        plan = json_document(out[out.index("{"):])
+        assert plan["steps_beside"] is beside
+        first = {c["patch"]: plan["nodes"][[n["id"] for n in plan["nodes"]].index(c["nodes"][0])]["waits_for"]
+                 for c in plan["chains"]}
+        if beside:
+            # only the series head's proof waits, for the build it reuses; the other starts at once
+            assert first == {"0001-calc-sub-subtracts.patch": [],
+                             "0002-calc-document-the-header.patch": ["all:cpu:build"]}, first
+        else:
+            assert set(map(tuple, first.values())) == {("all:cpu:test",)}, first
 
 
 def test_all_lists_each_evidence_file_once(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:

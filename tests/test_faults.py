@@ -214,6 +214,15 @@ def verify_lanes_scenario(tmp_path: Path) -> Scenario:
     return s
 
 
+def all_at_once_scenario(tmp_path: Path) -> Scenario:
+    """`all` with its build and tests beside the proofs (issue 44): the patched tree built and tested in a thread
+    of its own while two lanes prove the two patches, on one jobserver; killed anywhere up to the first evidence
+    written (the order of the threads' points varies from run to run after that)."""
+    s = verify_lanes_scenario(tmp_path)
+    s.args = ("all", "-j", "8", "--lanes", "2")
+    return s
+
+
 def series_verb_scenario(*args: str) -> Callable[[Path], Scenario]:
     """A series verb (`drop`, `move`, `mark`) on the applied standard series."""
     def make(tmp_path: Path) -> Scenario:
@@ -277,7 +286,7 @@ def stand_in_scenario(tmp_path: Path) -> Scenario:
 
 SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     "fetch": fetch_scenario, "apply": apply_scenario, "refresh": refresh_scenario, "rebase": rebase_scenario,
-    "verify": verify_scenario, "verify-lanes": verify_lanes_scenario,
+    "verify": verify_scenario, "verify-lanes": verify_lanes_scenario, "all-at-once": all_at_once_scenario,
     "drop": series_verb_scenario("drop", "2"), "move": series_verb_scenario("move", "3", "--before", "1"),
     "mark": series_verb_scenario("mark", "1", "sent", "https://github.com/ggml-org/llama.cpp/pull/1"),
     "undo-rebase": undo_move_scenario("rebase"), "apply-stand-in": stand_in_scenario,
@@ -355,7 +364,7 @@ def _verify_points(ref: Reference) -> list[int]:
 def _one_point(verb: str, ref: Reference) -> list[int]:
     if verb == "verify":
         return _verify_points(ref)[1:]
-    if verb == "verify-lanes":
+    if verb in ("verify-lanes", "all-at-once"):
         # one lane's evidence half written (its JSON, not yet its Markdown), the other lane's patch at work
         assert _first(ref, "verify-cpu-minimal-1"), "the second lane never built"
         return [_first(ref, ".md [write]")]
@@ -389,7 +398,7 @@ def test_killed_at_many_points(tmp_path: Path, verb: str, record_property: Calla
     # two lanes at once: after the first evidence is written, how many children the rest starts depends on
     # which lane took which patch (a CI rehearsal's rerun ended before the reference's last point), so the
     # points are taken up to that first write, which every run reaches
-    n = _first(ref, ".md [write]") if verb == "verify-lanes" else len(ref.points)
+    n = _first(ref, ".md [write]") if verb in ("verify-lanes", "all-at-once") else len(ref.points)
     points = sorted(set(_points(n)) | set(_verify_points(ref) if verb == "verify" else []))
     kill_and_rerun(s, ref, points, ordered=verb == "verify")
     record_property("kill_points", f"{len(points)} of {len(ref.points)}")

@@ -60,3 +60,36 @@ def test_a_lane_giving_its_slot_back_during_a_test_run_can_take_it_again() -> No
             assert took.wait(5.0), "a lane could not take its slot back while a test program ran"
             t.join()
         assert pool.free_tokens() == 3
+
+
+def test_a_lane_that_waits_lends_its_slot_and_takes_one_again_after() -> None:
+    """`lend()`: a lane waiting for another's build gives its slot to the pool meanwhile (on 2 slots, the build
+    beside it would otherwise run on one core), and holds one again when its wait ends."""
+    with Jobserver(2, lanes=2) as pool:
+        with pool.slot(), pool.slot():  # the build beside the lanes, and a lane: every slot held
+            assert pool.free_tokens() == 0
+            client = os.open(pool.fifo, os.O_RDWR | os.O_NONBLOCK)
+            gave_back = threading.Event()
+
+            def give_back_later() -> None:
+                time.sleep(0.3)
+                gave_back.set()
+                os.write(client, TOKEN)
+
+            job = threading.Thread(target=give_back_later)
+            try:
+                with pool.lend():
+                    # this thread's slot is back in the pool: a job of the build takes it
+                    assert settle(pool, 1) == 1
+                    assert os.read(client, 1) == TOKEN
+                    job.start()
+                # the lend ended only once a slot was free again: when the job gave its token back
+                assert gave_back.is_set()
+                assert pool.free_tokens() == 0
+            finally:
+                job.join()
+                os.close(client)
+        assert pool.free_tokens() == 1
+    # outside a slot it lends nothing
+    with Jobserver(2) as pool, pool.lend():
+        assert pool.free_tokens() == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from helpers import (
 from test_bump import make_mini
 
 from builder.errors import EXIT_LOCKED, LockError
-from builder.locking import project_lock
+from builder.locking import borrowed, project_lock
 from builder.series.apply import apply
 from builder.series.workrepo import WorkRepo
 
@@ -174,3 +175,42 @@ def test_a_sweep_holds_the_lock_while_it_builds_and_runs(tmp_path: Path, up: Ups
         _release(p, flag)
     assert r.returncode == EXIT_LOCKED, r.stdout + r.stderr
     assert f"patchset test --against (pid {p.pid}" in r.stderr
+
+
+def test_a_thread_borrows_the_lock_its_starter_holds_and_no_other_does(tmp_path: Path) -> None:
+    """`all` builds the patched tree in a thread of its own while verify runs under the project lock: that thread
+    holds the lock through the one that started it (a verb it calls takes it re-entrantly); a thread that
+    borrows from one not holding it is refused."""
+    lock = tmp_path / "state" / "lock"
+    owner = threading.get_ident()
+    seen: list[str] = []
+
+    def helper() -> None:
+        with borrowed(lock, owner), project_lock(lock, timeout=0, purpose="inner"):
+            seen.append("took it")
+        try:
+            with borrowed(lock, threading.get_ident()):
+                seen.append("borrowed from nobody")
+        except RuntimeError:
+            seen.append("refused")
+
+    with project_lock(lock, purpose="outer"):
+        t = threading.Thread(target=helper)
+        t.start()
+        t.join(10)
+    assert seen == ["took it", "refused"]
+    # and a thread without it waits like another process: refused at once with timeout 0
+    with project_lock(lock, purpose="outer"):
+        errors: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                with project_lock(lock, timeout=0):
+                    pass
+            except LockError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(10)
+    assert len(errors) == 1

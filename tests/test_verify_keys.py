@@ -140,11 +140,11 @@ def test_the_reused_tests_of_all_are_keyed_on_the_environment_too(tmp_path: Path
     programs read is set or changes."""
     monkeypatch.delenv("GGML_SCHED_MAX_COPIES", raising=False)
     record = tmp_path / "all-cpu.json"
-    key = phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)
+    key = phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60, None)
     phases.record_tests(record, key, {"programs": ["test-opt"], "failed": 0})
-    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is not None
+    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60, None)) is not None
     monkeypatch.setenv("GGML_SCHED_MAX_COPIES", "1")
-    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60)) is None
+    assert phases.reusable_tests(record, phases.tests_key("cpu", tmp_path / "bin", "c", "t", [], 60, None)) is None
 
 
 def test_verify_removes_an_evidence_file_a_kill_left_half_written(tmp_path: Path) -> None:

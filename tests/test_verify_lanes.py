@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from test_verify import project_dir  # noqa: F401 (the fixture)
 
+from builder.compile.jobserver import Jobserver
 from builder.gitrepo import GitRepo, init_repo
 from builder.project import load_project
 from builder.prove import evidence, trees
-from builder.prove.schedule import FirstBuilds, lanes_for
+from builder.prove.schedule import Beside, FirstBuilds, lanes_for, run_lanes
 from builder.prove.verdicts import VerifyReport
 from builder.prove.verify import verify
 from builder.series.apply import apply
@@ -101,6 +104,72 @@ def test_lanes_with_the_same_library_build_it_one_after_another() -> None:
     a.join(5)
     b.join(5)
     assert order == ["a builds", "c builds", "b finds it built"]
+
+
+def test_a_build_ahead_holds_every_first_build_on_its_backend_until_its_libraries_are_built() -> None:
+    """`all` beside its proofs: each lane's first build on the patched tree's backend waits until that tree's
+    libraries are built (their objects are then in the compiler cache), its slot lent meanwhile; a lane on
+    another backend does not wait; a lane that reuses the work tree's build waits for the whole build."""
+    order: list[str] = []
+    libraries, whole = threading.Event(), threading.Event()
+
+    def build_and_test(beside: Beside, pool: Jobserver) -> str:
+        order.append("build starts")
+        assert libraries.wait(5)
+        order.append("libraries built")
+        beside.libraries_built()
+        assert whole.wait(5)
+        order.append("build ends")
+        beside.built()
+        return "tested"
+
+    beside = Beside("cpu", build_and_test)  # type: ignore[arg-type]
+    first = FirstBuilds()
+    beside.attach(first)
+    lent: list[str] = []
+
+    def work(lane: int, chain: tuple[str, str, bool]) -> str:
+        name, backend, reuses = chain
+
+        @contextmanager
+        def idle() -> Iterator[None]:
+            lent.append(name)
+            yield
+
+        if reuses:
+            beside.wait_built(idle)
+            order.append(f"{name} reuses the build")
+            return name
+        with first.first(f"{backend}@{name}", backend, idle):
+            order.append(f"{name} builds first")
+        if name == "metal":
+            libraries.set()
+        if name == "a":
+            whole.set()
+        return name
+
+    with Jobserver(4, 4) as pool:
+        done = run_lanes([("metal", "metal-replay", False), ("a", "cpu", False), ("head", "cpu", True)], 3, work,
+                         pool=pool, beside=beside)
+    assert done == ["metal", "a", "head"]
+    assert beside.outcome() == "tested"
+    assert order.index("metal builds first") < order.index("libraries built") < order.index("a builds first")
+    assert order.index("build ends") < order.index("head reuses the build")
+    assert sorted(lent) == ["a", "head"]
+
+
+def test_an_error_beside_the_lanes_is_raised_after_them() -> None:
+    def fails(beside: Beside, pool: Jobserver) -> None:
+        raise RuntimeError("the build beside broke")
+
+    beside = Beside("cpu", fails)  # type: ignore[arg-type]
+    first = FirstBuilds()
+    beside.attach(first)
+    with Jobserver(2, 1) as pool:
+        # its end releases the lanes that wait for it
+        assert run_lanes(["x"], 1, lambda lane, c: beside.wait_built() or c, pool=pool, beside=beside) == ["x"]
+    with pytest.raises(RuntimeError, match="the build beside broke"):
+        beside.outcome()
 
 
 def test_the_library_sources_of_a_tree(tmp_path: Path) -> None:

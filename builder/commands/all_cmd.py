@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
+import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.table import Table
@@ -27,6 +30,7 @@ from builder.commands.verify_cmd import outcome as verify_outcome
 from builder.compile import backends as backendmod
 from builder.compile import cmakebuild as buildmod
 from builder.compile.backends import PROFILES
+from builder.compile.jobserver import Jobserver
 from builder.compile.reports import report_dict, write_junit
 from builder.compile.toolchain import CcacheStats
 from builder.console import CliProgress, console
@@ -39,12 +43,14 @@ from builder.errors import (
     EXIT_OK,
     Outcome,
 )
-from builder.locking import project_lock
+from builder.locking import borrowed, project_lock
 from builder.orchestrate.phases import AllReport, Phase, PhaseClock, record_tests, reusable_tests, tests_key
+from builder.progress import ProgressSink
 from builder.project import Project
 from builder.prove.backends_here import available_backends, stand_in
 from builder.prove.pipeline import build_dir, declared_tests, ensure_patched, run_build, run_tests
 from builder.prove.plan import WHY, Node, Plan
+from builder.prove.schedule import BESIDE_MIN_SLOTS, Beside
 from builder.prove.verdicts import PatchVerdict, VerifyReport
 from builder.prove.verify import plan, verify
 from builder.series.load import load_series
@@ -101,36 +107,74 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         ph["reused"] = applied is None or applied.noop
         ph["detail"] = "the work tree holds this series" if ph["reused"] else \
             f"{len(applied.outcomes) if applied else 0} patch(es) applied"
+    if at_once(args):
+        return _at_once(args, project, clock, out)
     console.rule("build")
-    with clock.phase("build") as ph:
-        b = run_build(project, args.backend, "minimal", args.jobs, progress=CliProgress())
+    tested, go_on = _build_and_test(args, project, clock, out, CliProgress())
+    if not go_on or args.no_verify:
+        return tested
+    console.rule("verify")
+    before = clock.stats()
+    v = _verify(args, project)
+    after = clock.stats()
+    if before is not None and after is not None:
+        clock.verify_ccache = after.minus(before)
+    return _verdicts(v, tested, clock)
+
+
+def at_once(args: argparse.Namespace) -> bool:
+    """Whether the patched tree is built and tested beside verify's proofs, not before them: with lanes (not `--lanes
+    1`) on at least BESIDE_MIN_SLOTS job slots, on a backend whose tests run here."""
+    slots = args.jobs or os.cpu_count() or 1
+    return (not args.no_verify and args.lanes != 1 and slots >= BESIDE_MIN_SLOTS
+            and not (args.backend == "metal" and sys.platform != "darwin"))
+
+
+def _build_and_test(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dict,
+                    progress: ProgressSink, beside: Beside | None = None,
+                    pool: Jobserver | None = None) -> tuple[Outcome, bool]:
+    """The build and test phases: their outcome, and whether the proofs go on (not after a failed build, nor after
+    Metal's compile check, where nothing runs here). Beside the
+    proofs (`beside`, on their jobserver `pool`) the lanes' first builds wait for the libraries only, each test
+    program is shown the cores a proof's is (a GPU backend's run alone among the lanes), and the phases' ccache
+    counters are the whole run's (`all`'s summary says so)."""
+    with clock.phase("build", compiles=beside is None) as ph:
+        b = run_build(project, args.backend, "minimal", args.jobs, progress=progress,
+                      jobserver=pool.makeflags if pool is not None else None,
+                      libraries_built=beside.libraries_built if beside is not None else None)
         ph["reused"] = b.noop
         ph["detail"] = ("nothing to do" if b.noop else f"{b.steps} step(s)") + ("" if b.ok else ", failed")
-        if b.ccache_hits is not None and b.ccache_misses is not None:
+        if beside is None and b.ccache_hits is not None and b.ccache_misses is not None:
             ph["ccache"] = CcacheStats(b.ccache_hits, b.ccache_misses)
     print_build(b)
     if not b.ok:
-        return Outcome.FAILED
+        return Outcome.FAILED, False
     if b.kind == "compile-check":
         console.print("metal: compile check only; tests and verify need a Mac: not run here")
-        return Outcome.OK
-    console.rule("test")
+        return Outcome.OK, False
+    if beside is None:
+        console.rule("test")
     bdir = build_dir(project, args.backend, "minimal")
     built = buildmod.built_from(bdir)
+    cores = backendmod.cores_shown(args.backend) if beside is not None else None
     key = tests_key(args.backend, bdir / "bin", built.commit if built else "", built.tree if built else "",
-                    declared_tests(load_series(project.patches_dir), args.backend), args.timeout)
+                    declared_tests(load_series(project.patches_dir), args.backend), args.timeout, cores)
     record = project.state_dir / "test" / f"all-{args.backend}.json"
     # the tests of a build nothing changed, which passed last time, are not run again (--junit needs a run)
     earlier = reusable_tests(record, key) if b.noop and built and not args.junit else None
-    with clock.phase("test", compiles=bool(backendmod.profile(args.backend).harness)) as ph:
+    harness = bool(backendmod.profile(args.backend).harness)
+    with clock.phase("test", compiles=harness and beside is None) as ph:
         if earlier is not None:
             ph["reused"] = True
             ph["detail"] = f"{len(earlier['programs'])} program(s) passed on this build before"
             out["tests"] = earlier
             tested = Outcome.OK
         else:
-            report = run_tests(project, args.backend, timeout=args.timeout)
-            ph["detail"] = f"{len(report.programs)} program(s) run" + (", failed" if report.failed else "")
+            # beside the proofs: a program shown every core (a GPU backend's) runs alone among the lanes
+            with pool.alone() if pool is not None and cores is None else nullcontext():
+                report = run_tests(project, args.backend, timeout=args.timeout, cores=cores)
+            ph["detail"] = f"{len(report.programs)} program(s) run" + (", failed" if report.failed else "") + (
+                f", each shown {cores} cores beside the proofs" if cores is not None else "")
     if earlier is not None:
         console.print(f"tests: the build is unchanged and its {len(earlier['programs'])} test program(s) passed on "
                       f"it (tree {key['tree'][:12]}): reused, not run again", highlight=False)
@@ -141,24 +185,51 @@ def _run(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dic
         if args.junit:
             write_junit(report, args.junit)
         tested = test_outcome(report)
-    if args.no_verify:
-        return tested
-    console.rule("verify")
-    before = clock.stats()
+    return tested, True
+
+
+def _verify(args: argparse.Namespace, project: Project, beside: Beside | None = None) -> VerifyReport:
     replay = stand_ins(project, args.backend)
     for sub, names in replay.items():
         console.print(f"stand-in for Metal here: {sub} ({STAND_IN_WORDS[sub]}) for {', '.join(names)}",
                       highlight=False)
-    v = verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
-               confirm=args.confirm, lanes=args.lanes, on_verdict=print_verdict_line, also=replay)
-    after = clock.stats()
-    if before is not None and after is not None:
-        clock.verify_ccache = after.minus(before)
+    return verify(project, backends=[args.backend], progress=CliProgress(), jobs=args.jobs, timeout=args.timeout,
+                  confirm=args.confirm, lanes=args.lanes, on_verdict=print_verdict_line, also=replay, beside=beside)
+
+
+def _verdicts(v: VerifyReport, tested: Outcome, clock: PhaseClock) -> Outcome:
     for verdict in v.verdicts:
         clock.add(_verify_phase(verdict))
     print_verdicts(v, evidence=False)
     print_not_here(v)
     return outcome(tested, (v,))
+
+
+def _at_once(args: argparse.Namespace, project: Project, clock: PhaseClock, out: dict) -> Outcome:
+    """The build and test phases in a thread of their own beside verify's lanes, on one jobserver, under the one
+    project lock: the proofs start at once; the lanes' first builds wait for the patched tree's libraries
+    (whose objects they share), and the proof whose tree is the work tree's waits for the build and its tests
+    (it builds in the same folder, whose record the tests check)."""
+    console.rule("build and test, and verify at once")
+    owner = threading.get_ident()
+
+    def build_and_test(beside: Beside, pool: Jobserver) -> tuple[Outcome, bool]:
+        with borrowed(project.lock_file, owner):
+            return _build_and_test(args, project, clock, out, CliProgress().lane(), beside, pool)
+
+    beside = Beside(args.backend, build_and_test)  # type: ignore[arg-type]
+    with project_lock(project.lock_file, purpose="all"):
+        before = clock.stats()
+        try:
+            v = _verify(args, project, beside)
+        finally:
+            after = clock.stats()
+            if before is not None and after is not None:
+                clock.verify_ccache = after.minus(before)
+                clock.at_once = True
+    ended: tuple[Outcome, bool] = beside.outcome()  # type: ignore[assignment]
+    # a failed build fails the run; the proofs ran meanwhile on their own trees, and their verdicts stand
+    return _verdicts(v, ended[0], clock)
 
 
 def outcome(tested: Outcome, reports: tuple[VerifyReport, ...]) -> Outcome:
@@ -189,7 +260,8 @@ def stand_ins(project: Project, backend: str) -> dict[str, list[str]]:
 
 
 def _plan(args: argparse.Namespace, project: Project) -> Outcome:
-    """`all --plan`: the patched tree's build and tests, then every proof (stand-ins included)."""
+    """`all --plan`: the patched tree's build and tests, then (or beside them: `at_once`) every proof (stand-ins
+    included)."""
     cost, source = _build_cost(build_dir(project, args.backend, "minimal"))
     build = Node(f"all:{args.backend}:build", "", args.backend, "build", "", (), WHY["build"], cost, source)
     test = Node(f"all:{args.backend}:test", "", args.backend, "test", "", (build.id,), WHY["test"], 0.0,
@@ -201,7 +273,7 @@ def _plan(args: argparse.Namespace, project: Project) -> Outcome:
         replay = stand_ins(project, args.backend)
         planned = dataclasses.replace(
             plan(project, backends=[args.backend], jobs=args.jobs, lanes=args.lanes, command="all", steps=steps,
-                 also=replay),
+                 also=replay, beside=at_once(args)),
             notes=tuple(f"stand-in for Metal here: {sub} ({STAND_IN_WORDS[sub]}) for {', '.join(names)}"
                         for sub, names in replay.items()))
     print_plan(planned)
@@ -256,8 +328,9 @@ def print_summary(report: AllReport) -> None:
     console.print(f"total {report.total_seconds:.1f}s; reused {report.reused} of {len(report.phases)} phase(s)"
                   + (f", evidence reused for {report.evidence_reused} of {len(verify_phases)} verdict(s)"
                      if verify_phases else "")
-                  + f"; ccache {_cache(report.ccache)}" + (f" (verify {_cache(report.verify_ccache)})"
-                                                            if report.verify_ccache else ""),
+                  + f"; ccache {_cache(report.ccache)}" + (
+                      f" (build, test and verify at once {_cache(report.verify_ccache)})" if report.at_once
+                      else f" (verify {_cache(report.verify_ccache)})" if report.verify_ccache else ""),
                   highlight=False)
     for p in verify_phases:
         if p.evidence:

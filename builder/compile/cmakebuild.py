@@ -7,6 +7,7 @@ records what it was configured from and reconfigures when that changes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +92,9 @@ class BuildSpec:
     jobserver: str | None = None
     """MAKEFLAGS of the run's jobserver (builder/compile/jobserver.py): ninja takes its jobs from that
     pool, shared with every other build of the run, instead of `jobs` of its own."""
+    libraries_only: bool = False
+    """Only the libraries the test programs link (`library_targets`), and no record that the folder is built:
+    the first step of a build whose libraries others wait for (`build_libraries_first`)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,8 @@ def cmake_args(spec: BuildSpec, ninja: Tool, ccache: str | None, *, llama: tuple
 def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
     """The targets to ask for: the chosen ones, and in the minimal project the step that makes ninja
     compile the test sources first (see builder/cmake/CMakeLists.txt)."""
+    if spec.libraries_only:
+        return library_targets(spec)
     if not spec.build_targets:
         return ()
     if spec.targets != "minimal":
@@ -212,6 +219,29 @@ def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
     selftest = profile(spec.backend).selftest
     cores = ("patchset-cores",) if sys.platform == "linux" else ()
     return (*spec.build_targets, *((selftest,) if selftest else ()), *cores, "patchset-order")
+
+
+def library_targets(spec: BuildSpec) -> tuple[str, ...]:
+    """The libraries of a minimal build: ggml with its backends, and libllama and llama-common where a program
+    links them."""
+    return ("ggml", *(("llama", "llama-common") if llama_programs(spec) else ()))
+
+
+def build_libraries_first(spec: BuildSpec, progress: ProgressSink | None, built: Callable[[], None]) -> BuildResult:
+    """`build(spec)` in two steps: the libraries (`library_targets`), then `built()`, then the rest. `all` builds
+    the patched tree so beside verify's lanes, whose first builds wait for `built()` and then take the library
+    objects they share with it from the compiler cache. A failure of the first step is the result."""
+    first = build(dataclasses.replace(spec, libraries_only=True), progress)
+    built()
+    if not first.ok:
+        return first
+    rest = build(spec, progress)
+    both = (first.ccache_hits, first.ccache_misses, rest.ccache_hits, rest.ccache_misses)
+    hits, misses = ((first.ccache_hits or 0) + (rest.ccache_hits or 0), (first.ccache_misses or 0)
+                    + (rest.ccache_misses or 0)) if None not in both else (None, None)
+    return dataclasses.replace(rest, configured=first.configured or rest.configured, noop=first.noop and rest.noop,
+                               steps=first.steps + rest.steps, duration_s=first.duration_s + rest.duration_s,
+                               ccache_hits=hits, ccache_misses=misses)
 
 
 def _record_path(build_dir: Path) -> Path:
@@ -365,7 +395,7 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
         env = {**(env or {}), "MAKEFLAGS": spec.jobserver, "CMAKE_BUILD_PARALLEL_LEVEL": ""}
     else:
         cmd += ["--parallel", str(jobs)]
-    if spec.build_targets:
+    if spec.build_targets or spec.libraries_only:
         cmd += ["--target", *ninja_targets(spec)]
     r = proc.stream(cmd, log_file=log, on_line=on_line, env=env, timeout=limit)
     if bar_started:
@@ -376,8 +406,9 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     if r.returncode != 0 or r.timed_out:
         return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta,
                        timed_out_s=limit if r.timed_out else None)
-    atomic_write_text(_built_path(spec.build_dir), json.dumps(
-        {"source": str(spec.source), "commit": spec.source_commit, "tree": spec.source_tree}, indent=1) + "\n")
+    if not spec.libraries_only:
+        atomic_write_text(_built_path(spec.build_dir), json.dumps(
+            {"source": str(spec.source), "commit": spec.source_commit, "tree": spec.source_tree}, indent=1) + "\n")
     return BuildResult(
         spec.backend, spec.targets, spec.build_dir, spec.build_dir / "bin", True, configured,
         noop="ninja: no work to do" in text, steps=steps, duration_s=time.monotonic() - start, log=log,

@@ -43,6 +43,9 @@ class Jobserver:
         self._implicit = threading.Lock()
         self._alone = threading.Lock()
         self._closed = False
+        self._held: dict[int, list[bool]] = {}
+        """Per thread, the slots it holds (`slot()`), innermost last: whether each is the implicit one (`lend()`
+        gives the innermost back)."""
 
     @property
     def makeflags(self) -> str:
@@ -71,11 +74,26 @@ class Jobserver:
     @contextmanager
     def slot(self) -> Iterator[None]:
         """Hold one slot of the pool for the block (a lane building and testing a tree)."""
-        implicit = self._take()
+        mine = self._held.setdefault(threading.get_ident(), [])
+        mine.append(self._take())
         try:
             yield
         finally:
-            self._give(implicit)
+            self._give(mine.pop())
+
+    @contextmanager
+    def lend(self) -> Iterator[None]:
+        """Inside `slot()`: this thread's slot back in the pool for the block, and a slot again after it (a
+        lane that waits for another's build lets the builds run on its slot meanwhile). Outside: nothing."""
+        mine = self._held.get(threading.get_ident())
+        if not mine:
+            yield
+            return
+        self._give(mine.pop())
+        try:
+            yield
+        finally:
+            mine.append(self._take())
 
     @contextmanager
     def alone(self) -> Iterator[None]:

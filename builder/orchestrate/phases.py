@@ -55,6 +55,8 @@ class PhaseClock:
     ccache: str | None = field(default_factory=find_ccache)
     verify_ccache: CcacheStats | None = None
     """ccache during the whole verify (one call proves every patch: its counters are not per patch)."""
+    at_once: bool = False
+    """The build and test phases ran beside verify (`all` with lanes): `verify_ccache` is theirs too."""
 
     def stats(self) -> CcacheStats | None:
         return ccache_stats(self.ccache) if self.ccache else None
@@ -80,7 +82,7 @@ class PhaseClock:
         self.phases.append(phase)
 
     def report(self, backend: str, started: float) -> AllReport:
-        return AllReport(backend, tuple(self.phases), time.perf_counter() - started, self.verify_ccache)
+        return AllReport(backend, tuple(self.phases), time.perf_counter() - started, self.verify_ccache, self.at_once)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class AllReport:
     phases: tuple[Phase, ...]
     total_seconds: float
     verify_ccache: CcacheStats | None = None
+    at_once: bool = False
+    """The build and test phases ran beside verify: their seconds overlap its, and `verify_ccache` counts all three."""
 
     @property
     def reused(self) -> int:
@@ -111,7 +115,8 @@ class AllReport:
                 "total_seconds": round(self.total_seconds, 3),
                 "phases": [p.to_json() for p in self.phases],
                 "reused": {"phases": self.reused, "of": len(self.phases), "evidence": self.evidence_reused},
-                "ccache": _cache_json(cache), "verify_ccache": _cache_json(self.verify_ccache), "tests": tests}
+                "ccache": _cache_json(cache), "verify_ccache": _cache_json(self.verify_ccache),
+                "at_once": self.at_once, "tests": tests}
 
 
 def _cache_json(cache: CcacheStats | None) -> dict | None:
@@ -119,14 +124,15 @@ def _cache_json(cache: CcacheStats | None) -> dict | None:
 
 
 def tests_key(backend: str, bin_dir: Path, commit: str, tree: str, declared: list[tuple[str, tuple[str, ...]]],
-              timeout: float | None) -> dict:
+              timeout: float | None, cores: int | None) -> dict:
     """What the tests' results of `all` depend on: the tree built, the programs as built (name, size,
-    modification time), the tests the series declares, the time limit and the environment the tests
-    read (as a verdict's key holds it: builder.prove.proofkeys.read_environment)."""
+    modification time), the tests the series declares, the time limit, the cores the programs are shown
+    (None: the machine's) and the environment the tests read (as a verdict's key holds it:
+    builder.prove.proofkeys.read_environment)."""
     programs = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in bin_dir.iterdir() if f.is_file()) \
         if bin_dir.is_dir() else []
     return {"backend": backend, "commit": commit, "tree": tree, "programs": [list(p) for p in programs],
-            "declared": [[prog, list(args)] for prog, args in declared], "timeout": timeout,
+            "declared": [[prog, list(args)] for prog, args in declared], "timeout": timeout, "cores": cores,
             "env": read_environment()}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +73,10 @@ def ensure_patched(project: Project, progress: ProgressSink | None = None) -> tu
 
 def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", jobs: int | None = None,
               build_type: str = "Release", cuda_arch: str | None = None,
-              progress: ProgressSink | None = None) -> buildmod.BuildResult:
+              progress: ProgressSink | None = None, *, jobserver: str | None = None,
+              libraries_built: Callable[[], None] | None = None) -> buildmod.BuildResult:
+    """The patched tree's build. `jobserver`: ninja joins that pool (MAKEFLAGS) instead of `jobs` of its own;
+    `libraries_built`: the libraries are built first and it is called then (cmakebuild.build_libraries_first)."""
     with project_lock(project.lock_file, purpose="build"):
         work, _ = ensure_patched(project, progress)
         series = load_series(project.patches_dir)
@@ -82,8 +87,10 @@ def run_build(project: Project, backend: str = "cpu", targets: str = "minimal", 
             source=work.path, build_dir=build_dir(project, backend, targets), backend=backend, targets=targets,
             programs=programs_for(work.path, series, backend), build_type=build_type, jobs=jobs, cuda_arch=cuda_arch,
             source_commit=work.git.out("rev-parse", "HEAD"), source_tree=work.worktree_tree(),
-            platform_cache=project.platform_cache,
+            platform_cache=project.platform_cache, jobserver=jobserver,
         )
+        if libraries_built is not None:
+            return buildmod.build_libraries_first(spec, progress, libraries_built)
         return buildmod.build(spec, progress)
 
 
@@ -105,13 +112,15 @@ def check_build_is_current(project: Project, bdir: Path) -> buildmod.BuiltFrom:
 
 def run_tests(project: Project, backend: str = "cpu", targets: str = "minimal", mode: str | None = None,
               ops: list[str] | None = None, all_ops: bool = False, *,
-              timeout: float | None = testrun.DEFAULT_TIMEOUT_S) -> testrun.TestReport:
+              timeout: float | None = testrun.DEFAULT_TIMEOUT_S, cores: int | None = None) -> testrun.TestReport:
+    """The series' declared tests on the patched build; `cores`: each program is shown that many cores
+    (testrun.Invocation.cores), else it sees the machine's."""
     with project_lock(project.lock_file, purpose="test"):
-        return _run_tests(project, backend, targets, mode, ops, all_ops, timeout)
+        return _run_tests(project, backend, targets, mode, ops, all_ops, timeout, cores)
 
 
 def _run_tests(project: Project, backend: str, targets: str, mode: str | None, ops: list[str] | None,
-               all_ops: bool, timeout: float | None) -> testrun.TestReport:
+               all_ops: bool, timeout: float | None, cores: int | None) -> testrun.TestReport:
     prof = backendmod.profile(backend)
     if sys.platform not in prof.platforms:
         raise InputError(f"{backend} tests cannot run on {sys.platform}: not run here")
@@ -141,6 +150,8 @@ def _run_tests(project: Project, backend: str, targets: str, mode: str | None, o
     if prof.selftest and (bin_dir / prof.selftest).exists():
         # the harness checked against the tree it runs (its kernel models against the tree's shader text)
         invs.append(testrun.Invocation(prof.selftest, ("--tree", str(project.work_repo))))
+    if cores is not None:
+        invs = [dataclasses.replace(inv, cores=cores) for inv in invs]
     log_dir = project.state_dir / "test" / f"{backend}-{targets}-{mode}"
     return testrun.run_plan(bin_dir, invs, log_dir, backend, mode, chosen, timeout=timeout,
                             source_commit=built.commit, source_tree=built.tree)

@@ -99,8 +99,10 @@ class Plan:
     """Longest first: the order lanes take them in."""
     settled: tuple[Settled, ...] = ()
     steps: tuple[Node, ...] = ()
-    """`all`'s steps before the proofs (build, test): every chain waits for them."""
+    """`all`'s steps (build, test): before the proofs, every chain waiting for them; or `beside` them."""
     notes: tuple[str, ...] = field(default=())
+    beside: bool = False
+    """The steps run beside the chains (`all` with lanes): only a chain that reuses the build waits for it."""
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -108,8 +110,20 @@ class Plan:
 
     @property
     def critical_path(self) -> tuple[Node, ...]:
-        longest = max(self.chains, key=lambda c: c.cost_s, default=None)
-        return self.steps + (longest.nodes if longest else ())
+        """The longest path through what each node waits for."""
+        finish: dict[str, float] = {}
+        came: dict[str, str | None] = {}
+        for n in self.nodes:  # every node comes after what it waits for
+            before = max(n.waits_for, key=lambda w: finish.get(w, 0.0), default=None)
+            finish[n.id] = n.cost_s + (finish.get(before, 0.0) if before else 0.0)
+            came[n.id] = before
+        last = max(finish, key=lambda k: finish[k], default=None)
+        path: list[Node] = []
+        by_id = {n.id: n for n in self.nodes}
+        while last is not None:
+            path.append(by_id[last])
+            last = came[last]
+        return tuple(reversed(path))
 
     @property
     def critical_s(self) -> float:
@@ -121,6 +135,8 @@ class Plan:
         sum over the lanes where that is more."""
         steps = sum(n.cost_s for n in self.steps)
         chains = [c.cost_s for c in self.chains]
+        if self.beside:
+            return max(self.critical_s, (steps + sum(chains)) / (max(1, self.lanes) + 1))
         return steps + max(max(chains, default=0.0), sum(chains) / max(1, self.lanes))
 
     def matrix(self) -> list[dict[str, str]]:
@@ -134,7 +150,8 @@ class Plan:
                             "cost_s": round(c.cost_s, 1)} for c in self.chains],
                 "settled": [{"patch": s.patch, "backend": s.backend, "why": s.why} for s in self.settled],
                 "critical_path": {"nodes": [n.id for n in self.critical_path], "cost_s": round(self.critical_s, 1)},
-                "bound_s": round(self.bound_s, 1), "matrix": {"include": self.matrix()}, "notes": list(self.notes)}
+                "bound_s": round(self.bound_s, 1), "matrix": {"include": self.matrix()}, "notes": list(self.notes),
+                "steps_beside": self.beside}
 
 
 class Costs:
@@ -227,8 +244,14 @@ def render(plan: Plan) -> list[str]:
              f"{plan.lanes} lane(s) on {plan.slots} job slot(s)"]
     for n in plan.steps:
         lines.append(f"  {n.id}  ~{n.cost_s:.0f}s ({n.cost_from}): {n.why}")
+    if plan.steps and plan.chains:
+        lines.append("  the chains start " + (
+            "at once with the steps (each lane's first build after the patched tree's libraries; a chain that "
+            "reuses its build after that build)" if plan.beside else "after the steps"))
     for c in plan.chains:
-        lines.append(f"  chain {c.patch} [{c.backend}]  ~{c.cost_s:.0f}s")
+        waits = [w for w in c.nodes[0].waits_for if plan.beside] if c.nodes else []
+        lines.append(f"  chain {c.patch} [{c.backend}]  ~{c.cost_s:.0f}s" + (
+            f" (after {', '.join(waits)})" if waits else ""))
         for n in c.nodes:
             lines.append(f"    {n.tree:<10} {n.commit[:12]}  ~{n.cost_s:.0f}s ({n.cost_from}): {n.why}")
     for s in plan.settled:

@@ -71,20 +71,48 @@ def lanes_for(chains: int, jobs: int | None, lanes: int | None = None, *, shared
     return max(1, min(chains, by_slots, by_memory))
 
 
+BESIDE_MIN_SLOTS = 8
+"""The least job slots on which `all` builds and tests the patched tree beside the proofs (`Beside`), not before
+them. That build alone keeps some ten cores busy (on 16 cores: 212 CPU-s in 20 s), and every build beside it
+compiles the objects it shares with it at the same time: on 2 cores a cold `all` took 300.2 s (516.2 CPU-s)
+beside against 248.4 s (474.4 CPU-s) one after the other, on 16 cores 68.3 s against 87.6 s (2026-12-06,
+benchmarks/first_run.py, each pair on one machine). Between the two it was not measured."""
+
+
 class FirstBuilds:
     """One first build per library at a time: a lane whose first tree compiles the same library sources
     (the key) as the tree another lane is building first waits until that build is done, and then finds
     its objects in the compiler cache, instead of compiling them at the same time in its own folder (the
-    two lanes of `verify --backend cuda 3 4` each compiled all of ggml-cuda at once)."""
+    two lanes of `verify --backend cuda 3 4` each compiled all of ggml-cuda at once).
+
+    A build beside the lanes (`all`'s patched tree) may go ahead of every lane's first build on its
+    backend (`ahead`): the trees of a series share most of their library objects with the patched one, so
+    each lane waits until its libraries are built and takes those objects from the compiler cache. A lane
+    that waits gives its job slot to the builds meanwhile (`idle`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._built: dict[Hashable, threading.Event] = {}
+        self._ahead: dict[str, threading.Event] = {}
+
+    def ahead(self, backend: str) -> Callable[[], None]:
+        """Every first build on `backend` from now waits until the returned function is called."""
+        done = threading.Event()
+        with self._lock:
+            self._ahead[backend] = done
+        return done.set
 
     @contextmanager
-    def first(self, key: Hashable) -> Iterator[bool]:
-        """Around a lane's first build of a tree with library `key`: true for the lane that builds it
-        first; any other waits here for that build's end (whether it built or not) before it yields false."""
+    def first(self, key: Hashable, backend: str | None = None,
+              idle: Callable[[], AbstractContextManager[object]] = nullcontext) -> Iterator[bool]:
+        """Around a lane's first build of a tree with library `key` on `backend`: true for the lane that builds it
+        first; any other waits here for that build's end (whether it built or not) before it yields false. Each
+        first waits for a build `ahead` of it on its backend. `idle` is held while it waits."""
+        with self._lock:
+            before = self._ahead.get(backend) if backend is not None else None
+        if before is not None and not before.is_set():
+            with idle():
+                _wait(before, "waiting for the patched tree's libraries")
         with self._lock:
             done = self._built.get(key)
             mine = done is None
@@ -92,12 +120,66 @@ class FirstBuilds:
                 done = self._built[key] = threading.Event()
         try:
             if not mine:
-                while not done.wait(0.2):
-                    proc.raise_if_cancelled("waiting for another lane's build")
+                with idle():
+                    _wait(done, "waiting for another lane's build")
             yield mine
         finally:
             if mine:
                 done.set()
+
+
+def _wait(event: threading.Event, what: str) -> None:
+    while not event.wait(0.2):
+        proc.raise_if_cancelled(what)
+
+
+class Beside:
+    """Work a command runs beside the lanes, in a thread of its own that holds one job slot of their pool
+    (`all`: the patched tree's build and tests, at once with verify's proofs). It calls `libraries_built` once
+    the libraries of its build are built (the lanes' first builds on `backend` wait for that: `FirstBuilds.ahead`);
+    `built` comes when the work has ended, and a lane whose tree is the work tree's waits for it (it builds in
+    the same folder). Its result, or the error it raised, is `outcome()` after the lanes."""
+
+    def __init__(self, backend: str, work: Callable[[Beside, Jobserver], object]) -> None:
+        self.backend = backend
+        self._work = work
+        self._built = threading.Event()
+        self._release: Callable[[], None] | None = None
+        self._result: object = None
+        self._error: BaseException | None = None
+
+    def attach(self, first_builds: FirstBuilds) -> None:
+        """Before the lanes start: their first builds on this backend wait for `libraries_built`."""
+        self._release = first_builds.ahead(self.backend)
+
+    def libraries_built(self) -> None:
+        if self._release is not None:
+            self._release()
+
+    def built(self) -> None:
+        self.libraries_built()
+        self._built.set()
+
+    def wait_built(self, idle: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
+        """Until the build has ended (whether it built or not); `idle` is held while waiting."""
+        if not self._built.is_set():
+            with idle():
+                _wait(self._built, "waiting for the patched tree's build")
+
+    def run(self, pool: Jobserver | None) -> None:
+        """The work, in the calling thread (the lanes' runner starts one for it)."""
+        try:
+            with pool.slot() if pool is not None else nullcontext():
+                self._result = self._work(self, pool)  # type: ignore[arg-type]
+        except BaseException as e:
+            self._error = e
+        finally:
+            self.built()
+
+    def outcome(self) -> object:
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class InOrder(Generic[K, R]):
@@ -119,9 +201,10 @@ class InOrder(Generic[K, R]):
 
 
 def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, pool: Jobserver | None = None,
-              done: Callable[[int, R], None] | None = None) -> list[R]:
+              done: Callable[[int, R], None] | None = None, beside: Beside | None = None) -> list[R]:
     """`work(lane, chain)` for every chain, in `lanes` threads, each chain taken in the given order by
-    the next free lane; `done(index, result)` in this thread as each finishes. The results in the
+    the next free lane; `done(index, result)` in this thread as each finishes; `beside` in a thread of its
+    own meanwhile (its end awaited too; an interrupt cancels it with the lanes). The results in the
     order of `chains`. Raises the first error of a chain once every other chain has finished."""
     todo: queue.Queue[int] = queue.Queue()
     for i in range(len(chains)):
@@ -148,6 +231,8 @@ def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, p
 
     threads = [threading.Thread(target=lane_loop, args=(n,), name=f"patchset-lane-{n}", daemon=True)
                for n in range(max(1, lanes))]
+    if beside is not None:
+        threads.append(threading.Thread(target=beside.run, args=(pool,), name="patchset-beside", daemon=True))
     results: dict[int, R] = {}
     errors: list[BaseException] = []
     try:
@@ -161,6 +246,9 @@ def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, p
             results[i] = result  # type: ignore[assignment]
             if done is not None:
                 done(i, result)  # type: ignore[arg-type]
+        for t in threads:
+            while t.is_alive():  # a short wait in a loop, as in _next: Ctrl-C reaches this thread
+                t.join(0.2)
     except BaseException:
         stop.set()
         proc.cancel()
@@ -168,8 +256,6 @@ def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, p
             t.join()
         proc.uncancel()
         raise
-    for t in threads:
-        t.join()
     real = [e for e in errors if not isinstance(e, proc.Cancelled)]
     if real or errors:
         raise (real or errors)[0]

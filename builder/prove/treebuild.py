@@ -27,7 +27,7 @@ from builder.prove import evidence as ev
 from builder.prove import hunks as hk
 from builder.prove.pipeline import programs_for
 from builder.prove.runner import Limits, limit_of
-from builder.prove.schedule import FirstBuilds
+from builder.prove.schedule import Beside, FirstBuilds
 from builder.prove.trees import Trees, checkout_detached, library_sources, with_comments_of
 from builder.series.model import Patch, Series, TestSpec
 from builder.series.workrepo import WorkRepo
@@ -76,6 +76,10 @@ class TreeBuilder:
         self.first_builds: FirstBuilds | None = None
         """Shared by a run's lanes: the lane's first build waits for another lane's first build of the same
         library sources (library_key), whose objects it then finds in the compiler cache."""
+        self.idle: Callable[[], AbstractContextManager[object]] = nullcontext
+        """Held while the lane waits for another build (its job slot back in the pool: Jobserver.lend)."""
+        self.beside: Beside | None = None
+        """The patched tree's build beside the lanes (`all`): a tree that reuses its folder waits for its end."""
         self.src = lane_src(project, lane)
         self._checked_out: str | None = None
         self.kept: tuple[str, ...] = ()
@@ -108,7 +112,8 @@ class TreeBuilder:
 
     def for_lane(self, lane: int, jobserver: str | None, progress: ProgressSink,
                  test_gate: Callable[[], AbstractContextManager[object]] = nullcontext,
-                 first_builds: FirstBuilds | None = None) -> TreeBuilder:
+                 first_builds: FirstBuilds | None = None,
+                 idle: Callable[[], AbstractContextManager[object]] = nullcontext) -> TreeBuilder:
         """A builder like this one in the scheduler's `lane` (its own worktree and build folders), joining
         `jobserver`; what builds read and the libraries found are shared with this one (the evidence's
         keys read them)."""
@@ -120,6 +125,8 @@ class TreeBuilder:
         other._targets = self._targets
         other.test_gate = test_gate
         other.first_builds = first_builds
+        other.idle = idle
+        other.beside = self.beside
         return other
 
     def library_key(self, commit: str, backend: str, programs: tuple[str, ...]) -> tuple[str, ...]:
@@ -147,7 +154,7 @@ class TreeBuilder:
         self._checked_out = target
 
     # -- one tree --------------------------------------------------------------------------------
-    def _is_work_tree(self, commit: str) -> bool:
+    def is_work_tree(self, commit: str) -> bool:
         """True when the work repository has exactly `commit`'s tree checked out, with no edits."""
         git = self.work.git
         return git.rev("HEAD") is not None and git.tree_of("HEAD") == git.tree_of(commit) and not git.is_dirty()
@@ -172,7 +179,9 @@ class TreeBuilder:
             return self._run_python(kind, commit, patch, backend, tests, timeout, record_inputs=record_inputs)
         # the tree `patchset build` built already (the after tree of the last patch, usually):
         # its own build folder and flags, so nothing is compiled again (a CUDA build is minutes)
-        reuse = self._is_work_tree(commit)
+        reuse = self.is_work_tree(commit)
+        if reuse and self.beside is not None:
+            self.beside.wait_built(self.idle)
         self.kept, self.theirs = (), ()
         if not reuse:
             self.checkout(commit)
@@ -201,7 +210,8 @@ class TreeBuilder:
         # a lane's first build: after another lane's of the same libraries, from the compiler cache
         first: AbstractContextManager[object] = nullcontext()
         if self.first_builds is not None and self.last_build is None and not reuse:
-            first = self.first_builds.first(self.library_key(self.target(commit)[0], backend, present))
+            first = self.first_builds.first(self.library_key(self.target(commit)[0], backend, present), backend,
+                                            self.idle)
         with first:
             run = runner.run_tree(specs, src, tests, backend, patch.meta.test_part,
                                   lambda i, inv: log_dir / f"{kind}-{i}-{inv.program}.log",

@@ -83,26 +83,29 @@ class Verifier:
 
     def in_lane(self, lane: int, jobserver: str | None,
                 test_gate: Callable[[], AbstractContextManager[object]] = nullcontext,
-                first_builds: FirstBuilds | None = None) -> Verifier:
+                first_builds: FirstBuilds | None = None,
+                idle: Callable[[], AbstractContextManager[object]] = nullcontext) -> Verifier:
         """This verifier in the scheduler's `lane`: its own TreeBuilder (worktree and build folders)
         and HunkRunner; the series, the trees' keys and what builds read are shared. Its progress is its
         own (`ProgressSink.lane`: lines off a terminal; silent on one, where lanes at once would garble one
         progress bar, and their verdicts are reported as they finish)."""
         other = copy.copy(self)
         other.progress = self.progress.lane()
-        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate, first_builds)
+        other.builder = self.builder.for_lane(lane, jobserver, other.progress, test_gate, first_builds, idle)
         other.hunk_runner = HunkRunner(other.builder, other.progress, confirm=self.confirm)
         return other
 
     def plan(self, pairs: list[tuple[Patch, str]], trees: dict[int, Trees], command: str = "verify",
-             steps: tuple[plan_mod.Node, ...] = ()) -> plan_mod.Plan:
+             steps: tuple[plan_mod.Node, ...] = (), beside: bool = False) -> plan_mod.Plan:
         """What proving each patch of `pairs` on its backend will build and run (nothing is built; evidence whose key
-        still holds builds nothing; an earlier proof that may carry over is planned as proven again)."""
+        still holds builds nothing; an earlier proof that may carry over is planned as proven again). `steps` (`all`'s
+        build and test) come first, or run `beside` the chains: then only the chain whose tree is the work tree's
+        waits, for the build it reuses."""
         here = available_backends()
         costs = plan_mod.Costs(self.work.git, self.project.evidence_dir, self.project.build_root)
         chains: list[plan_mod.Chain] = []
         settled: list[plan_mod.Settled] = []
-        after_steps = tuple(n.id for n in steps[-1:])
+        after_steps = () if beside else tuple(n.id for n in steps[-1:])
         for patch, backend in pairs:
             tests = self._tests(patch, backend)
             old = ev.load(self.project.evidence_dir, patch.name, backend) if self.reuse else None
@@ -117,12 +120,15 @@ class Verifier:
                 settled.append(plan_mod.Settled(patch.name, backend, f"the patch declares no test for {backend}"))
             else:
                 needs = " ".join(b for b in declared if b not in here) or " ".join(declared)
+                waits = tuple(n.id for n in steps[:1]) if beside and self.builder.is_work_tree(
+                    trees[patch.index].after) else after_steps
                 chains.append(plan_mod.chain(patch, trees[patch.index], backend, tests,
                                              proves=backend in declared, needs=needs, hunks=self.hunks,
-                                             costs=costs, after_steps=after_steps))
+                                             costs=costs, after_steps=waits))
         chains.sort(key=lambda c: -c.cost_s)
         slots = self.jobs or os.cpu_count() or 1
-        return plan_mod.Plan(command, self.lanes_for(len(chains)), slots, tuple(chains), tuple(settled), steps)
+        return plan_mod.Plan(command, self.lanes_for(len(chains)), slots, tuple(chains), tuple(settled), steps,
+                             beside=beside)
 
     def lanes_for(self, chains: int) -> int:
         """How many lanes prove `chains` chains (schedule.lanes_for: the trees run tests between their builds)."""

@@ -42,26 +42,27 @@ def verify(project: Project, names: list[str] | None = None, backends: list[str]
            cuda_arch: str | None = None, *, timeout: float | None = testrun.DEFAULT_TIMEOUT_S,
            hunks: bool = False, confirm: int = words.CONFIRM_RUNS, lanes: int | None = None,
            on_verdict: Callable[[PatchVerdict], None] | None = None,
-           also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+           also: Mapping[str, list[str]] | None = None, beside: schedule.Beside | None = None) -> VerifyReport:
     """Prove `names` (default: every patch) on `backends`, and the patches `also` names on its backends
     (`all`'s stand-ins), all in one schedule; `on_verdict` gets each verdict as soon as it and every one
-    before it in series order are known."""
+    before it in series order are known. `beside` runs at once with the proofs, on their jobserver (`all`'s
+    patched build and tests: schedule.Beside); it has ended when this returns."""
     # verify writes the work repository (refs, its worktree) and .patchset/: one process at a time
     with project_lock(project.lock_file, purpose="verify"):
         return _verify(Verifier(project, progress, reuse, jobs, cuda_arch, timeout=timeout, hunks=hunks,
-                                confirm=confirm, lanes=lanes), names, backends, on_verdict, also)
+                                confirm=confirm, lanes=lanes), names, backends, on_verdict, also, beside)
 
 
 def plan(project: Project, names: list[str] | None = None, backends: list[str] | None = None, *,
          reuse: bool = True, jobs: int | None = None, hunks: bool = False, lanes: int | None = None,
          command: str = "verify", steps: tuple[plan_mod.Node, ...] = (),
-         also: Mapping[str, list[str]] | None = None) -> plan_mod.Plan:
+         also: Mapping[str, list[str]] | None = None, beside: bool = False) -> plan_mod.Plan:
     """The plan `verify` with these arguments would run (`verify --plan`): the trees are made (git
     objects and refs only), nothing is built."""
     with project_lock(project.lock_file, purpose="verify --plan"):
         v = Verifier(project, None, reuse, jobs, timeout=None, hunks=hunks, lanes=lanes)
         pairs = _pairs(v, names, _backends(backends), also)
-        return v.plan(pairs, v.make_trees(), command, steps)
+        return v.plan(pairs, v.make_trees(), command, steps, beside)
 
 
 def _pairs(v: Verifier, names: list[str] | None, backends: list[str],
@@ -84,7 +85,7 @@ def _backends(backends: list[str] | None) -> list[str]:
 
 def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
             on_verdict: Callable[[PatchVerdict], None] | None = None,
-            also: Mapping[str, list[str]] | None = None) -> VerifyReport:
+            also: Mapping[str, list[str]] | None = None, beside: schedule.Beside | None = None) -> VerifyReport:
     pairs = _pairs(v, names, _backends(backends), also)
     # an evidence file whose write a kill cut short (a lane's, while another lane was killed) is never read;
     # nor a lane build folder's record, whichever lane builds there next (or none)
@@ -113,7 +114,10 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
         else:
             todo.append((patch, backend))
     lanes = v.lanes_for(len(todo))
-    if lanes == 1:
+    if beside is not None:
+        v.builder.beside = beside
+        verdicts += _in_lanes(v, todo, trees, lanes, report, beside)
+    elif lanes == 1:
         for i, (patch, backend) in enumerate(todo):
             v.builder.later = [(trees[p.index], tuple(t.program for t in p.meta.tests
                                                       if t.runs_on(b, p.meta.backends)))
@@ -130,9 +134,10 @@ def _verify(v: Verifier, names: list[str] | None, backends: list[str] | None,
 
 
 def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees], lanes: int,
-              report: schedule.InOrder) -> list[PatchVerdict]:
+              report: schedule.InOrder, beside: schedule.Beside | None = None) -> list[PatchVerdict]:
     """The patches of `todo` proven in `lanes` lanes at once, the longest chains first, every build on
-    one jobserver of the run's job slots (builder/prove/schedule.py)."""
+    one jobserver of the run's job slots (builder/prove/schedule.py); `beside` in a thread of its own on
+    the same jobserver, ahead of the lanes' first builds on its backend."""
     by_key = {(p.name, b): (p, b) for p, b in todo}
     planned = v.plan(todo, trees)
     chains = [by_key.pop((c.patch, c.backend)) for c in planned.chains if (c.patch, c.backend) in by_key]
@@ -140,12 +145,14 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
     chains += by_key.values()
     started = itertools.count(1)  # the patches' count as lanes start them (next() is atomic: lanes are threads)
     first_builds = schedule.FirstBuilds()
-    with Jobserver(v.jobs or os.cpu_count() or 1, lanes) as pool:
+    if beside is not None:
+        beside.attach(first_builds)
+    with Jobserver(v.jobs or os.cpu_count() or 1, lanes + (beside is not None)) as pool:
         verifiers: dict[int, Verifier] = {}
 
         def prove(lane: int, job: tuple[Patch, str]) -> PatchVerdict:
             if lane not in verifiers:
-                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone, first_builds)
+                verifiers[lane] = v.in_lane(lane, pool.makeflags, pool.alone, first_builds, pool.lend)
             patch, backend = job
             verifiers[lane].builder.position = f"patch {next(started)}/{len(todo)}"
             start = time.perf_counter()
@@ -155,4 +162,4 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
         def done(i: int, verdict: PatchVerdict) -> None:
             report.add((verdict.patch, verdict.backend), verdict)
 
-        return schedule.run_lanes(chains, lanes, prove, pool=pool, done=done)
+        return schedule.run_lanes(chains, lanes, prove, pool=pool, done=done, beside=beside)

@@ -82,12 +82,10 @@ _SCRUB = (
 
 # The modules that take minutes, longest first. Under pytest-xdist (pyproject's addopts: a module to a worker
 # at a time, in collection order) each starts at once on a worker of its own, not last on a worker that
-# has finished everything else. The modules that build trees the build module builds too come next, on the
-# first worker free (the session's CPU build is in the shared compiler cache by then); the rest keep their
-# order after them. Last, the fixed-upstream module (250 s) was the suite's tail: begun at about 640 s, after
-# every fast module, it ended the run at 891 s on this 2-core machine. The whole series' verify on the CPU
-# is a module of its own: in the build module it made that module the whole suite's time (a CI rehearsal:
-# 880 s of 873 s wall in one worker, 549 s of it that one test).
+# has finished everything else. The modules that build trees the build module builds too come last, when
+# the shared compiler cache has them. The rest keep their order. The whole series' verify on the CPU is a
+# module of its own: in the build module it made that module the whole suite's time (a CI rehearsal: 880 s
+# of 873 s wall in one worker, 549 s of it that one test).
 _CPU_START = pytest.StashKey[float]()
 LONGEST_FIRST = ("test_integration_verify_cpu.py", "test_integration_build.py", "test_integration_wheel.py")
 AFTER_THE_BUILDS = ("test_integration_replay.py", "test_integration_fixed_upstream.py")
@@ -123,8 +121,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST + AFTER_THE_BUILDS)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    rank |= {name: len(LONGEST_FIRST) + 1 + i for i, name in enumerate(AFTER_THE_BUILDS)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
 
 
 def hermetic_env(monkeypatch: pytest.MonkeyPatch, base: Path) -> Path:

@@ -5,7 +5,8 @@ Makes two fresh clones of the project (its committed pin and series; a folder th
 repository is copied), each with a patchset cache and a ccache folder of its own, both empty, and
 runs `patchset all --json` with the interpreter running this script (nothing is installed): in the
 first cold with `--lanes 1` (the proofs one after another), in the second cold with the default
-lanes (the proofs at once on one jobserver), then warm there with nothing changed. Prints each
+lanes (the proofs at once on one jobserver, and on 8 job slots or more the patched tree's build and
+tests beside them: docs/all.md), then warm there with nothing changed. Prints each
 phase's seconds side by side; and for each run its wall and CPU seconds (its processes', children
 included), and its ratio to the floor: the wall time over the CPU seconds shared by the cores (1.0:
 every core busy all the time), with the ratio to the goals (issue 44: cold within 60 s on 16 cores,

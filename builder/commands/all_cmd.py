@@ -134,10 +134,9 @@ def _build_and_test(args: argparse.Namespace, project: Project, clock: PhaseCloc
                     progress: ProgressSink, beside: Beside | None = None,
                     pool: Jobserver | None = None) -> tuple[Outcome, bool]:
     """The build and test phases: their outcome, and whether the proofs go on (not after a failed build, nor after
-    Metal's compile check, where nothing runs here). Beside the
-    proofs (`beside`, on their jobserver `pool`) the lanes' first builds wait for the libraries only, each test
-    program is shown the cores a proof's is (a GPU backend's run alone among the lanes), and the phases' ccache
-    counters are the whole run's (`all`'s summary says so)."""
+    Metal's compile check, where nothing runs here). Beside the proofs (`beside`, on their jobserver `pool`) the
+    lanes' first builds wait for the libraries only, each test program is shown the cores a proof's is (one that
+    sees every core runs alone among the lanes), and the phases' ccache counters are the whole run's."""
     with clock.phase("build", compiles=beside is None) as ph:
         b = run_build(project, args.backend, "minimal", args.jobs, progress=progress,
                       jobserver=pool.makeflags if pool is not None else None,
@@ -217,7 +216,7 @@ def _at_once(args: argparse.Namespace, project: Project, clock: PhaseClock, out:
         with borrowed(project.lock_file, owner):
             return _build_and_test(args, project, clock, out, CliProgress().lane(), beside, pool)
 
-    beside = Beside(args.backend, build_and_test)  # type: ignore[arg-type]
+    beside = Beside(args.backend, build_and_test)
     with project_lock(project.lock_file, purpose="all"):
         before = clock.stats()
         try:
@@ -227,9 +226,9 @@ def _at_once(args: argparse.Namespace, project: Project, clock: PhaseClock, out:
             if before is not None and after is not None:
                 clock.verify_ccache = after.minus(before)
                 clock.at_once = True
-    ended: tuple[Outcome, bool] = beside.outcome()  # type: ignore[assignment]
+    tested, _ = beside.outcome()
     # a failed build fails the run; the proofs ran meanwhile on their own trees, and their verdicts stand
-    return _verdicts(v, ended[0], clock)
+    return _verdicts(v, tested, clock)
 
 
 def outcome(tested: Outcome, reports: tuple[VerifyReport, ...]) -> Outcome:
@@ -304,6 +303,13 @@ def _cache(c: CcacheStats | None) -> str:
     return "-" if c is None else f"{c.hits} hit(s) / {c.misses} miss(es)"
 
 
+def _verify_cache(report: AllReport) -> str:
+    if not report.verify_ccache:
+        return ""
+    during = "build, test and verify at once" if report.at_once else "verify"
+    return f" ({during} {_cache(report.verify_ccache)})"
+
+
 def print_summary(report: AllReport) -> None:
     """Where the time went, phase by phase, and each evidence file once."""
     if not report.phases:
@@ -328,9 +334,7 @@ def print_summary(report: AllReport) -> None:
     console.print(f"total {report.total_seconds:.1f}s; reused {report.reused} of {len(report.phases)} phase(s)"
                   + (f", evidence reused for {report.evidence_reused} of {len(verify_phases)} verdict(s)"
                      if verify_phases else "")
-                  + f"; ccache {_cache(report.ccache)}" + (
-                      f" (build, test and verify at once {_cache(report.verify_ccache)})" if report.at_once
-                      else f" (verify {_cache(report.verify_ccache)})" if report.verify_ccache else ""),
+                  + f"; ccache {_cache(report.ccache)}" + _verify_cache(report),
                   highlight=False)
     for p in verify_phases:
         if p.evidence:

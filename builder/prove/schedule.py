@@ -19,7 +19,7 @@ import queue
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from builder import proc
 from builder.compile.jobserver import Jobserver
@@ -133,19 +133,19 @@ def _wait(event: threading.Event, what: str) -> None:
         proc.raise_if_cancelled(what)
 
 
-class Beside:
+class Beside(Generic[R]):
     """Work a command runs beside the lanes, in a thread of its own that holds one job slot of their pool
     (`all`: the patched tree's build and tests, at once with verify's proofs). It calls `libraries_built` once
     the libraries of its build are built (the lanes' first builds on `backend` wait for that: `FirstBuilds.ahead`);
     `built` comes when the work has ended, and a lane whose tree is the work tree's waits for it (it builds in
     the same folder). Its result, or the error it raised, is `outcome()` after the lanes."""
 
-    def __init__(self, backend: str, work: Callable[[Beside, Jobserver], object]) -> None:
+    def __init__(self, backend: str, work: Callable[[Beside[R], Jobserver], R]) -> None:
         self.backend = backend
         self._work = work
         self._built = threading.Event()
         self._release: Callable[[], None] | None = None
-        self._result: object = None
+        self._result: R | None = None
         self._error: BaseException | None = None
 
     def attach(self, first_builds: FirstBuilds) -> None:
@@ -166,19 +166,22 @@ class Beside:
             with idle():
                 _wait(self._built, "waiting for the patched tree's build")
 
-    def run(self, pool: Jobserver | None) -> None:
-        """The work, in the calling thread (the lanes' runner starts one for it)."""
+    def run(self, pool: Jobserver) -> None:
+        """The work, in the calling thread (the lanes' runner starts one for it), on a slot of `pool`."""
         try:
-            with pool.slot() if pool is not None else nullcontext():
-                self._result = self._work(self, pool)  # type: ignore[arg-type]
+            with pool.slot():
+                self._result = self._work(self, pool)
         except BaseException as e:
             self._error = e
         finally:
             self.built()
 
-    def outcome(self) -> object:
+    def outcome(self) -> R:
+        """What the work returned; the error it raised, raised here."""
         if self._error is not None:
             raise self._error
+        if self._result is None:
+            raise RuntimeError("the work beside the lanes has not run")
         return self._result
 
 
@@ -201,7 +204,7 @@ class InOrder(Generic[K, R]):
 
 
 def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, pool: Jobserver | None = None,
-              done: Callable[[int, R], None] | None = None, beside: Beside | None = None) -> list[R]:
+              done: Callable[[int, R], None] | None = None, beside: Beside[Any] | None = None) -> list[R]:
     """`work(lane, chain)` for every chain, in `lanes` threads, each chain taken in the given order by
     the next free lane; `done(index, result)` in this thread as each finishes; `beside` in a thread of its
     own meanwhile (its end awaited too; an interrupt cancels it with the lanes). The results in the
@@ -232,6 +235,8 @@ def run_lanes(chains: Sequence[C], lanes: int, work: Callable[[int, C], R], *, p
     threads = [threading.Thread(target=lane_loop, args=(n,), name=f"patchset-lane-{n}", daemon=True)
                for n in range(max(1, lanes))]
     if beside is not None:
+        if pool is None:
+            raise ValueError("work beside the lanes runs on their jobserver: give the pool")
         threads.append(threading.Thread(target=beside.run, args=(pool,), name="patchset-beside", daemon=True))
     results: dict[int, R] = {}
     errors: list[BaseException] = []

@@ -5,16 +5,21 @@ program stopped at its limit, slices of another ref, and damaged records as one-
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import commit, git, json_document, make_upstream, pin_toml, write_patches
+from helpers import commit, git, json_document, make_upstream, patchset_argv, pin_toml, write_patches
 
 from builder.cli import main
 
@@ -278,6 +283,49 @@ def test_all_builds_and_tests_beside_the_proofs_with_the_verdicts_of_one_step_af
         found[label] = (evidence, tests)
     assert found["at once"] == found["in order"]
     assert len(found["at once"][0]) == 2
+
+
+def _running_from(root: Path) -> list[str]:
+    """The command lines of the live processes that run a program of `root`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].startswith(str(root).encode()):
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_ctrl_c_stops_all_at_once_with_every_program_killed_and_nothing_half_written(
+        mini: Mini, tmp_path: Path) -> None:
+    """Ctrl-C while `all` tests the patched tree beside the proofs (its test-opt hangs there): the command ends
+    at once with 130, every program it started is gone, no file is left half written, and the next run gives
+    the verdicts."""
+    shutil.rmtree(mini.root / ".patchset" / "evidence", ignore_errors=True)
+    (mini.root / ".patchset" / "test" / "all-cpu.json").unlink(missing_ok=True)
+    run = subprocess.Popen([*patchset_argv(), "--project", str(mini.root), "all", "-j", "8", "--lanes", "2"],
+                           env={**os.environ, "PATCHSET_TEST_HANG": "OPT"}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # the tests' test-opt running (it hangs), and the proofs at work beside it
+        while not any(c.split()[0].endswith("/test-opt") for c in _running_from(mini.root)):
+            assert run.poll() is None and time.monotonic() < deadline, "test-opt never ran"
+            time.sleep(0.1)
+        time.sleep(1)
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, out
+    assert _running_from(mini.root) == []
+    assert not [p for p in (mini.root / ".patchset").rglob("*.tmp")], "a file was left half written"
+    assert mini.cli("all", "-j", "8") == 4
+    assert len(list((mini.root / ".patchset" / "evidence").glob("*/cpu.json"))) == 2
 
 
 def test_all_plans_its_build_and_tests_beside_the_proofs(mini: Mini, capsys: pytest.CaptureFixture[str]) -> None:

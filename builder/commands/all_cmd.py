@@ -63,7 +63,9 @@ HELP = "the main job: fetch, apply, build, test and verify on the pin (default b
 
 EXAMPLE = """example:
   patchset all -j 8 --json all.json --junit all.xml
-  patchset all --plan                # what it would build and test, and in which order"""
+  patchset all --plan                # what it would build and test, and in which order
+  patchset all --lanes 1             # build, test, then each proof, one after another (on 8 job slots or
+                                     # more the build and tests run beside the proofs: docs/all.md)"""
 EXITS = (EXIT_OK, EXIT_FAILED, EXIT_CONFLICT, EXIT_NOT_PROVEN, EXIT_NOT_PROVEN_HERE, EXIT_LOCKED)
 """The exit codes it returns besides errors.ANY_COMMAND (its --help lists them)."""
 

@@ -102,7 +102,7 @@ class Plan:
     """`all`'s steps (build, test): before the proofs, every chain waiting for them; or `beside` them."""
     notes: tuple[str, ...] = field(default=())
     beside: bool = False
-    """The steps run beside the chains (`all` with lanes): only a chain that reuses the build waits for it."""
+    """The steps run beside the chains (`all` with lanes): only a chain that reuses the build waits for them."""
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -247,9 +247,9 @@ def render(plan: Plan) -> list[str]:
     if plan.steps and plan.chains:
         lines.append("  the chains start " + (
             "at once with the steps (each lane's first build after the patched tree's libraries; a chain that "
-            "reuses its build after that build)" if plan.beside else "after the steps"))
+            "reuses its build after that build and its tests)" if plan.beside else "after the steps"))
     for c in plan.chains:
-        waits = [w for w in c.nodes[0].waits_for if plan.beside] if c.nodes else []
+        waits = c.nodes[0].waits_for if plan.beside and c.nodes else ()
         lines.append(f"  chain {c.patch} [{c.backend}]  ~{c.cost_s:.0f}s" + (
             f" (after {', '.join(waits)})" if waits else ""))
         for n in c.nodes:

@@ -100,12 +100,12 @@ class Verifier:
         """What proving each patch of `pairs` on its backend will build and run (nothing is built; evidence whose key
         still holds builds nothing; an earlier proof that may carry over is planned as proven again). `steps` (`all`'s
         build and test) come first, or run `beside` the chains: then only the chain whose tree is the work tree's
-        waits, for the build it reuses."""
+        waits for them (it builds in the build's folder)."""
         here = available_backends()
         costs = plan_mod.Costs(self.work.git, self.project.evidence_dir, self.project.build_root)
         chains: list[plan_mod.Chain] = []
         settled: list[plan_mod.Settled] = []
-        after_steps = () if beside else tuple(n.id for n in steps[-1:])
+        after_steps = tuple(n.id for n in steps[-1:])
         for patch, backend in pairs:
             tests = self._tests(patch, backend)
             old = ev.load(self.project.evidence_dir, patch.name, backend) if self.reuse else None
@@ -120,8 +120,7 @@ class Verifier:
                 settled.append(plan_mod.Settled(patch.name, backend, f"the patch declares no test for {backend}"))
             else:
                 needs = " ".join(b for b in declared if b not in here) or " ".join(declared)
-                waits = tuple(n.id for n in steps[:1]) if beside and self.builder.is_work_tree(
-                    trees[patch.index].after) else after_steps
+                waits = after_steps if not beside or self.builder.is_work_tree(trees[patch.index].after) else ()
                 chains.append(plan_mod.chain(patch, trees[patch.index], backend, tests,
                                              proves=backend in declared, needs=needs, hunks=self.hunks,
                                              costs=costs, after_steps=waits))

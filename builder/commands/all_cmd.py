@@ -145,7 +145,7 @@ def _build_and_test(args: argparse.Namespace, project: Project, clock: PhaseCloc
                       libraries_built=beside.libraries_built if beside is not None else None)
         ph["reused"] = b.noop
         ph["detail"] = ("nothing to do" if b.noop else f"{b.steps} step(s)") + ("" if b.ok else ", failed")
-        if beside is None and b.ccache_hits is not None and b.ccache_misses is not None:
+        if b.ccache_hits is not None and b.ccache_misses is not None:
             ph["ccache"] = CcacheStats(b.ccache_hits, b.ccache_misses)
     print_build(b)
     if not b.ok:

@@ -45,7 +45,9 @@ def print_build(r: BuildResult) -> None:
     else:
         what = "nothing to do" if r.noop else f"{r.steps} step(s)"
         cc = "ccache: not used"
-        if r.ccache:
+        if r.ccache and r.ccache_hits is None:
+            cc = "ccache: used"
+        elif r.ccache:
             rate = r.ccache_hit_rate
             cc = f"ccache: used, {r.ccache_hits} hit(s) / {r.ccache_misses} miss(es)" + (
                 f" ({rate:.0%})" if rate is not None else "")

@@ -230,18 +230,16 @@ def library_targets(spec: BuildSpec) -> tuple[str, ...]:
 def build_libraries_first(spec: BuildSpec, progress: ProgressSink | None, built: Callable[[], None]) -> BuildResult:
     """`build(spec)` in two steps: the libraries (`library_targets`), then `built()`, then the rest. `all` builds
     the patched tree so beside verify's lanes, whose first builds wait for `built()` and then take the library
-    objects they share with it from the compiler cache. A failure of the first step is the result."""
+    objects they share with it from the compiler cache. A failure of the first step is the result. No ccache
+    counts: ccache's counters are the machine's, and after `built()` others compile too."""
     first = build(dataclasses.replace(spec, libraries_only=True), progress)
     built()
     if not first.ok:
         return first
     rest = build(spec, progress)
-    both = (first.ccache_hits, first.ccache_misses, rest.ccache_hits, rest.ccache_misses)
-    hits, misses = ((first.ccache_hits or 0) + (rest.ccache_hits or 0), (first.ccache_misses or 0)
-                    + (rest.ccache_misses or 0)) if None not in both else (None, None)
     return dataclasses.replace(rest, configured=first.configured or rest.configured, noop=first.noop and rest.noop,
                                steps=first.steps + rest.steps, duration_s=first.duration_s + rest.duration_s,
-                               ccache_hits=hits, ccache_misses=misses)
+                               ccache_hits=None, ccache_misses=None)
 
 
 def _record_path(build_dir: Path) -> Path:

@@ -144,20 +144,30 @@ def with_comments_of(git: GitRepo, commit: str, reference: str | None) -> tuple[
     same code, and every tree of a run compiles those files alike: the compiler cache finds the objects of one
     tree's build in another's (patch 3's one line of comment in ggml-backend.h, which every object of ggml and
     llama includes, compiled all of them again for each tree before it in a build folder of its own)."""
-    if not reference or reference == commit:
+    tree, same = tree_with_comments_of(git, commit, reference)
+    if not same or reference is None:
         return commit, ()
-    same = comment_only_changes(git, reference, commit)
+    env = {**ISOLATED, **COMMITTER, **_DATE}
+    made = git.out("commit-tree", tree, "-p", commit, "-m",
+                   f"verify: {commit[:12]} with the comments of {reference[:12]}", env=env)
+    return made, same
+
+
+def tree_with_comments_of(git: GitRepo, tree: str, reference: str | None) -> tuple[str, tuple[str, ...]]:
+    """`tree` (a tree or commit), or a tree with `reference`'s version of each C-family file that differs from it
+    in comments and whitespace only, and those files (with_comments_of's tree, for a check that builds trees
+    rather than commits: `rebase --fixed-upstream`)."""
+    if not reference or reference == tree:
+        return tree, ()
+    same = comment_only_changes(git, reference, tree)
     if not same:
-        return commit, ()
+        return tree, ()
     entries = git.run("ls-tree", "-z", reference, "--", *same).stdout
     with tempfile.TemporaryDirectory(prefix="patchset-comments-") as tmp:
-        env = {**ISOLATED, **COMMITTER, **_DATE, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git.run("read-tree", commit, env=env)
+        env = {**ISOLATED, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git.run("read-tree", tree, env=env)
         git.run("update-index", "-z", "--index-info", env=env, input_text=entries)
-        tree = git.out("write-tree", env=env)
-        made = git.out("commit-tree", tree, "-p", commit, "-m",
-                       f"verify: {commit[:12]} with the comments of {reference[:12]}", env=env)
-    return made, same
+        return git.out("write-tree", env=env), same
 
 
 def _switch_keeping_times(src: Path, same: tuple[str, ...], switch: Callable[[], None]) -> tuple[str, ...]:

@@ -53,12 +53,15 @@ SERIES = [
 NAMES = ["0001-calc-sub-subtracts.patch", "0002-calc-mul-multiplies.patch"]
 
 
+MINI_H = CALC_H.replace("int calc_sub(int a, int b);\n",
+                        "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\nint calc_one(void);\n")
+"""The mini tree's ggml/include/calc.h."""
+
+
 def make_mini(base: Path, up: Upstream, cache_dir: Path,
               patches: list[tuple[dict[str, str | bytes | None], str]] | None = None) -> Proj:
     """The calc tree as the pin, the two-patch series (or `patches`), applied."""
-    header = CALC_H.replace("int calc_sub(int a, int b);\n",
-                            "int calc_sub(int a, int b);\nint calc_mul(int a, int b);\nint calc_one(void);\n")
-    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": header, "ggml/src/calc.c": CALC_C,
+    c0 = up.advance({**UPSTREAM, "ggml/include/calc.h": MINI_H, "ggml/src/calc.c": CALC_C,
                      "src/a.c": None, "src/b.c": None, "tests/test-x.c": None}, "calc\n")
     proj = make_project(base, dataclasses.replace(up, commit=c0, tree=up.tree_of(c0)), cache_dir,
                         patches=SERIES if patches is None else patches)

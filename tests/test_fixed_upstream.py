@@ -38,10 +38,10 @@ from builder.prove.fixed_upstream import checker
 from builder.prove.runner import tree_path
 from builder.prove.verify import verify
 from builder.series.apply import apply
-from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, UpstreamFix
+from builder.series.dryrun import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED, Moved, UpstreamFix
 from builder.series.rebase import dry_run_rebase, rebase, skip_rebase
 from builder.series.refresh import format_mails, write_series
-from tests.test_bump import SUB_FIX, TEST_SUB, make_mini
+from tests.test_bump import MINI_H, SERIES, SUB_FIX, TEST_SUB, make_mini
 
 SPACER = "/* - */\n" * 7  # keeps each function's hunk out of its neighbours' context
 FUNCS = {
@@ -385,3 +385,28 @@ def test_a_run_where_one_program_checked_nothing_is_nothing_checked_in_the_check
     assert fix.verdict == CANNOT_TELL and "the tests check nothing" in fix.evidence, fix
     assert testrun.tree_verdict([testrun.PASSED, testrun.NOTHING]) == testrun.TREE_NOTHING
     assert testrun.tree_verdict([testrun.FAILED, testrun.NOTHING]) == testrun.TREE_FAILS
+
+
+def test_each_tree_is_checked_out_with_the_series_heads_comments(tmp_path: Path, up: Upstream,
+                                                                 cache_dir: Path) -> None:
+    """A header the series changes in a comment only is in the series head's version in every tree the check builds
+    (the same code: what includes it is found in the compiler cache after `patchset build`), the old pin's as the new
+    upstream's; the verdicts are those of the trees' code."""
+    note = MINI_H.replace("#pragma once\n", "#pragma once\n// calc: the library of the mini tree\n")
+    mini = make_mini(tmp_path, up, cache_dir, [*SERIES, ({"ggml/include/calc.h": note}, "calc : note the header")])
+    new = mini.upstream.advance({"README": "calc, moved on\n"}, "readme\n")
+    src = mini.project.state_dir / "verify" / "src"
+    seen: list[str] = []
+    check = checker(mini.project, "cpu")
+
+    def watched(moved: Moved) -> dict[str, UpstreamFix]:
+        out = check(moved)
+        seen.append((src / "ggml" / "include" / "calc.h").read_text())
+        return out
+
+    report = dry_run_rebase(mini.project, new, watched)
+
+    # the last tree built is patch 2's on the old pin (the control), whose header is the pin's but for the comment
+    assert seen == [note]
+    verdicts = [(p.fix.verdict if p.fix else None) for p in report.patches]
+    assert verdicts[:2] == [NOT_FIXED, NOT_FIXED], [p.fix for p in report.patches]

@@ -23,6 +23,7 @@ import pytest
 from helpers import UPSTREAM_FIXES, json_document, pin_toml, real_pin_moved_on
 
 from builder.cli import main
+from builder.compile.cmakebuild import BuildResult
 from builder.orchestrate.bump_plan import upstream_fixed
 from builder.project import Project
 from builder.prove.backends_here import available_backends
@@ -63,15 +64,20 @@ SET_CASES = [
 
 
 @pytest.fixture(scope="module")
-def moved(real_project: Project, real_pin_cache: Path, tmp_path_factory: pytest.TempPathFactory,
-          ) -> Moved:
+def moved(real_project: Project, real_pin_cache: Path, real_cpu_build: BuildResult,
+          tmp_path_factory: pytest.TempPathFactory) -> Moved:
     """Upstream moving on from the pin, in one history (one set of builds for the modules' checks): its own fix
     of patch 5's bug for ACC, then for SET, then patch 2 merged as is, then its own fix of patch 3's bug; and,
     apart, a commit that touches none of our bugs.
 
     The cache holds the pin as upstream's own commit (read from the source archive, its parents absent).
     Upstream here is made on that commit, so the pin with this upstream as its git source has the history
-    `merged as` reads."""
+    `merged as` reads.
+
+    After the session's CPU build of the series (`real_cpu_build`), as a user's check comes after `patchset
+    build`: each tree takes the head's comments, so the objects it shares with the head come from the compiler
+    cache (two cold builds of the same objects at once were twice the CPU)."""
+    assert real_cpu_build.ok, real_cpu_build.failure
     if "metal-replay" not in available_backends():
         pytest.skip("the host-side Metal replay needs a C++ compiler")
     base = tmp_path_factory.mktemp("fixed-upstream")

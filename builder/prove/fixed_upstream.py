@@ -31,7 +31,10 @@ verify (or a check) only those files recompile. A CMake build folder is bound to
 a folder of its own the check compiled every file once more after a verify, and ccache could not help
 (the absolute source paths differ in what it hashes; `benchmarks/fixed_upstream.py` measures both).
 Verify finds its worktree changed and checks its own tree out again (`trees.checkout_detached`), which
-also rewrites only the files that differ.
+also rewrites only the files that differ. Like verify's trees, each tree takes the series head's version of
+the files that differ from it in comments and whitespace only (`trees.tree_with_comments_of`): the same code,
+compiled alike, so the objects `patchset build` made are found in the compiler cache (patch 3's one line of
+comment in ggml-backend.h, which every object of ggml and llama includes, compiled all of them again).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from builder.progress import NullProgress, ProgressSink
 from builder.project import Project
 from builder.prove import runner
 from builder.prove.backends_here import available_backends
-from builder.prove.trees import checkout_tree
+from builder.prove.trees import checkout_tree, tree_with_comments_of
 from builder.series.dryrun import Check, Moved, UpstreamFix
 from builder.series.model import Patch, TestSpec
 from builder.words import CANNOT_TELL, FIXED, NOT_FIXED, PARTLY_FIXED
@@ -99,6 +102,8 @@ class _Checker:
         """Verify's worktree (see the module docstring); this check's own index says what it last wrote there."""
         self.index = self.root / "index"
         self.here = available_backends()
+        self._targets: dict[str, str] = {}
+        """Per tree, what is checked out for it (`_checkout`)."""
         self._runs: dict[tuple[str, str, str], list[_Run]] = {}
         """(patch, backend, tree) -> its runs, in order: the old and the new tree of a patch are one when
         upstream did not change what the test part is built from."""
@@ -233,8 +238,12 @@ class _Checker:
         return None
 
     def _checkout(self, tree: str) -> None:
-        """Make `src` hold exactly `tree`: only the files that differ are rewritten."""
-        checkout_tree(self.moved.git, self.src, self.index, tree)
+        """Make `src` hold exactly `tree`, with the series head's version of its files that differ from it in
+        comments only (the same code: what `patchset build` compiled is found in the compiler cache); only the
+        files that differ from what is there are rewritten."""
+        if tree not in self._targets:
+            self._targets[tree] = tree_with_comments_of(self.moved.git, tree, self.moved.head or None)[0]
+        checkout_tree(self.moved.git, self.src, self.index, self._targets[tree])
 
     def _run(self, tree: str, patch: Patch, backend: str, tests: list[TestSpec], kind: str) -> _Run:
         """The first run of the tests on `tree`."""

@@ -183,6 +183,9 @@ class Moved:
     new_bases: tuple[str, ...]
     """Per patch: the tree it is tried on at the new base (with the earlier patches that still apply)."""
     report: RebaseReport
+    head: str = ""
+    """The series' tree on the old pin (every patch applied): what `patchset build` compiled, whose version of
+    each file that differs from a tree's in comments only the check builds (trees.tree_with_comments_of)."""
 
 
 Check = Callable[[Moved], dict[str, UpstreamFix]]
@@ -245,7 +248,7 @@ def _checked(sc: Scratch, patches: tuple[Patch, ...], report: RebaseReport, old:
         merge_shallow(new.repo, sc.git.path)
         unchecked = "not checked, a pin is a stand-in commit without history (its archive lacks upstream's commit)"
     fixes = check(Moved(sc.git, patches, report.old_commit, report.new_commit, tuple(old_bases), tuple(new_bases),
-                        report))
+                        report, old_at))
     rows = tuple(dataclasses.replace(row, merged_as=merged.get(row.patch, ""), fix=fixes.get(row.patch),
                                      merged_unchecked=unchecked) for row in report.patches)
     return dataclasses.replace(report, patches=rows)

@@ -112,6 +112,9 @@ def test_sweep_against_the_pin_on_the_cpu(project: Project, built) -> None:
     assert r.compared > 20
     # the pin's tree was built in its own worktree and folder; the patched one reused `built`
     assert r.other.tree_id == GitRepo(project.work_repo).tree_of("upstream")
+    # built with the head's one line of comment in ggml-backend.h, which every object of ggml includes: those
+    # objects come from the patched build's, in the compiler cache
+    assert "ggml/include/ggml-backend.h" in r.other.reference_comments
     assert r.patched.build_dir == built.build_dir
     # patch 2 changes test-llama-archs (its --opt mode): the series' own program runs on the patched tree
     # alone, and the pin's build makes neither it nor libllama

@@ -8,12 +8,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers import Proj
+from helpers import Proj, Upstream
 
 from builder.cli import main
 from builder.compile.testrun import CRASH, FAIL, PASS, Invocation, ProgramResult, parse_console, run_program
+from builder.gitrepo import GitRepo
 from builder.progress import NullProgress
-from builder.prove.sweep import SweepOptions, _confirm, tree_invocations
+from builder.prove.sweep import SweepOptions, _confirm, sweep, tree_invocations
 from builder.prove.sweep_compare import (
     FAILING_IN_BOTH,
     FLAKY,
@@ -30,6 +31,7 @@ from builder.prove.sweep_compare import (
     sweep_junit,
 )
 from builder.prove.sweep_split import TreeRunner, complement, excludable, expand, split_entries
+from tests.test_bump import CALC_C, MINI_H, SERIES, make_mini
 from tests.test_testrun import compile_c
 
 DATA = Path(__file__).parent / "data"
@@ -276,3 +278,20 @@ def test_confirm_tells_a_steady_regression_from_a_flaky_case(tmp_path: Path) -> 
 
 def _first_run(bin_dir: Path, build: Path) -> ProgramResult:
     return run_program(bin_dir, Invocation("test-backend-ops", ("grad",)), build / "first.log")
+
+
+def test_the_pin_is_built_with_the_patched_trees_comments(tmp_path: Path, up: Upstream, cache_dir: Path) -> None:
+    """`test --against`: a header the series changes in a comment only is checked out on the pin in the patched
+    tree's version (the same code: what includes it is found in the compiler cache, not compiled again); the other
+    tree's record names it and still carries the pin's own tree id."""
+    note = MINI_H.replace("#pragma once\n", "#pragma once\n// calc: the library of the mini tree\n")
+    mini = make_mini(tmp_path, up, cache_dir, [*SERIES, ({"ggml/include/calc.h": note}, "calc : note the header")])
+    r = sweep(mini.project, SweepOptions(backend="cpu", confirm=0, jobs=2))
+    assert r.other.reference_comments == ("ggml/include/calc.h",)
+    assert r.patched.reference_comments == ()
+    assert r.other.tree_id == GitRepo(mini.project.work_repo).tree_of("upstream")
+    src = mini.project.state_dir / "against" / "upstream"
+    assert (src / "ggml" / "include" / "calc.h").read_text() == note
+    # the code is the pin's: the series' fixes are not in it
+    assert (src / "ggml" / "src" / "calc.c").read_text() == CALC_C
+    assert sweep_dict(r)["trees"]["other"]["reference_comments"] == ["ggml/include/calc.h"]

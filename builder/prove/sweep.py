@@ -29,7 +29,7 @@ from builder.project import Project
 from builder.prove.pipeline import build_dir, declared_tests, ensure_patched, programs_for, run_build
 from builder.prove.sweep_compare import CONFIRMED, FAILING, FLAKY, NEWLY_PASSING, Change, SweepReport, TreeRun, compare
 from builder.prove.sweep_split import TBO, TreeRunner, _with_filter
-from builder.prove.trees import checkout_detached
+from builder.prove.trees import checkout_detached, with_comments_of
 from builder.series.load import load_series
 from builder.series.workbase import PATCHED, UPSTREAM
 
@@ -93,8 +93,12 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
         raise _build_error("patched", patched_build)
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", opts.against)
     src = project.state_dir / "against" / safe
-    checkout_detached(git, src, other_commit)
     patched_commit = git.rev(PATCHED) or ""
+    # the same code, compiled alike: the other tree with the patched tree's version of each file that differs
+    # from it in comments only, so the objects of the patched build are found in the compiler cache (patch 3's
+    # one line of comment in ggml-backend.h compiled all of ggml again for the pin)
+    target, comment_only = with_comments_of(git, other_commit, patched_commit or None)
+    checkout_detached(git, src, target)
     # a program of the series' own is the same test in both trees only when the series leaves its
     # source alone: a pin without the option a patch added (test-llama-archs --opt) would only fail
     same = tuple(prog for prog in programs_for(src, series, opts.backend) if prog in buildmod.DEFAULT_PROGRAMS
@@ -119,7 +123,8 @@ def sweep(project: Project, opts: SweepOptions, progress: ProgressSink | None = 
         tbo_inv[label] = next(i for i in invs if i.program == TBO)
         programs = [r for inv in invs for r in runner.run(inv)]
         return TreeRun(label, commit, git.tree_of(commit), result.build_dir, round(result.duration_s, 1),
-                       result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes))
+                       result.steps, tuple(programs), runner.split_runs, tuple(runner.crashes),
+                       comment_only if label != "patched" else ())
 
     # the two trees run side by side: their programs are independent, and each run of a test
     # program is mostly one thread (a whole grad-mode sweep on the CPU takes tens of minutes)

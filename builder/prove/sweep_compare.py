@@ -50,6 +50,9 @@ class TreeRun:
     """Runs made to split crashed test-backend-ops runs."""
     crashes: tuple[str, ...] = ()
     """Ops whose run crashed (their later cases did not run), or `-o` entries when no op was named."""
+    reference_comments: tuple[str, ...] = ()
+    """The files built in the patched tree's version: they differ from this tree's in comments and whitespace
+    only (trees.with_comments_of; the same code, and the patched build's objects)."""
 
     def cases(self) -> dict[tuple, CaseResult]:
         return keyed_cases(self.programs)
@@ -159,7 +162,8 @@ def _run_dict(p: ProgramResult) -> dict:
 def _tree_dict(t: TreeRun) -> dict:
     return {"label": t.label, "commit": t.commit, "tree": t.tree_id, "build_dir": str(t.build_dir),
             "build_s": t.build_s, "build_steps": t.build_steps, "split_runs": t.split_runs,
-            "unsplittable_crashes": list(t.crashes), "runs": [_run_dict(p) for p in t.programs]}
+            "unsplittable_crashes": list(t.crashes), "reference_comments": list(t.reference_comments),
+            "runs": [_run_dict(p) for p in t.programs]}
 
 
 def sweep_dict(r: SweepReport) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from builder.project import load_project
 from builder.prove import evidence, trees
 from builder.prove.schedule import Beside, FirstBuilds, lanes_for, run_lanes
 from builder.prove.verdicts import VerifyReport
+from builder.prove.verifier import Verifier
 from builder.prove.verify import verify
 from builder.series.apply import apply
 
@@ -156,6 +158,55 @@ def test_a_build_ahead_holds_every_first_build_on_its_backend_until_its_librarie
     assert order.index("metal builds first") < order.index("libraries built") < order.index("a builds first")
     assert order.index("build ends") < order.index("head reuses the build")
     assert sorted(lent) == ["a", "head"]
+
+
+def test_lanes_of_the_libraries_built_ahead_do_not_take_turns_after_it() -> None:
+    """The build ahead (`all`'s patched tree) is the first build of its own library keys: once its libraries are
+    built, two lanes with one of those keys build at once (each compiles only its own test programs); two lanes of
+    another key still take turns."""
+    first = FirstBuilds()
+    libraries_built = first.ahead("cpu", [("cpu", "head")])
+    started: list[str] = []
+    holding = {name: threading.Event() for name in ("a", "b", "c", "d")}
+    release = threading.Event()
+
+    def lane(name: str, key: tuple[str, str]) -> None:
+        with first.first(key, "cpu"):
+            started.append(name)
+            holding[name].set()
+            release.wait(5)
+
+    threads = [threading.Thread(target=lane, args=(n, k)) for n, k in
+               (("a", ("cpu", "head")), ("b", ("cpu", "head")), ("c", ("cpu", "other")), ("d", ("cpu", "other")))]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    assert started == [], "a first build did not wait for the libraries built ahead"
+    libraries_built()
+    assert holding["a"].wait(5) and holding["b"].wait(5), "a lane of the libraries built ahead waited for the other"
+    time.sleep(0.3)
+    assert len(started) == 3 and {"a", "b"} < set(started), f"two lanes of another key built at once: {started}"
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert sorted(started) == ["a", "b", "c", "d"]
+
+
+def test_the_patched_trees_build_is_the_first_of_the_series_heads_library_key(project_dir: Path,  # noqa: F811
+                                                                               tmp_path: Path) -> None:
+    """What `all` registers for the build beside the lanes is the key a lane computes for a tree with the head's
+    library sources (else the lanes would take turns after it as before); the pin's differs."""
+    root = tmp_path / "p"
+    shutil.copytree(project_dir, root)
+    project = load_project(root=root, cache_dir=tmp_path / "cache")
+    apply(project)
+    v = Verifier(project)
+    made = v.make_trees()
+    b = v.builder
+    b.reference = made[max(made)].after
+    keys = b.head_keys("cpu")
+    assert b.library_key(b.target(made[max(made)].after)[0], "cpu", ("test-add",)) in keys
+    assert b.library_key(b.target(made[min(made)].parent)[0], "cpu", ("test-add",)) not in keys
 
 
 def test_an_error_beside_the_lanes_is_raised_after_them() -> None:

@@ -137,6 +137,18 @@ class TreeBuilder:
         side = tuple(str(i) for i in self._llama_side(commit)) if llama else ()
         return (*side, *library_sources(self.work.git, commit, backend))
 
+    def head_keys(self, backend: str) -> tuple[tuple[str, ...], ...]:
+        """The library keys (library_key) a build of the reference tree makes on `backend` with every test program
+        of the series: the patched tree's build beside the lanes (`all`) is their first build."""
+        if self.reference is None:
+            return ()
+        head = self.target(self.reference)[0]
+        ggml = self.library_key(head, backend, ())
+        programs = programs_for(self.work.path, self.series, backend)
+        if not any(buildmod.links_llama(self.work.path, p) for p in programs):
+            return (ggml,)
+        return ggml, (*(str(i) for i in self._llama_side(head)), *ggml)
+
     def label(self, patch: Patch, backend: str, kind: str) -> str:
         """What progress calls a tree's step: the run's position, the patch, its backend and the tree."""
         return f"{self.position + ': ' if self.position else ''}{patch.name} [{backend}] {kind}"

@@ -146,7 +146,7 @@ def _in_lanes(v: Verifier, todo: list[tuple[Patch, str]], trees: dict[int, Trees
     started = itertools.count(1)  # the patches' count as lanes start them (next() is atomic: lanes are threads)
     first_builds = schedule.FirstBuilds()
     if beside is not None:
-        beside.attach(first_builds)
+        beside.attach(first_builds, v.builder.head_keys(beside.backend))
     with Jobserver(v.jobs or os.cpu_count() or 1, lanes + (beside is not None)) as pool:
         verifiers: dict[int, Verifier] = {}
 

@@ -129,11 +129,12 @@ class TreeBuilder:
         other.beside = self.beside
         return other
 
-    def library_key(self, commit: str, backend: str, programs: tuple[str, ...]) -> tuple[str, ...]:
+    def library_key(self, commit: str, backend: str, programs: tuple[str, ...], src: Path | None = None
+                    ) -> tuple[str, ...]:
         """What the libraries of `commit`'s build on `backend` are compiled from (trees.library_sources),
-        and llama's side (LLAMA_SIDE) when a program links libllama: two trees with the same key compile
-        the same objects."""
-        llama = any(buildmod.links_llama(self.src, p) for p in programs)
+        and llama's side (LLAMA_SIDE) when a program links libllama (its source read in `src`, else the lane's
+        tree): two trees with the same key compile the same objects."""
+        llama = any(buildmod.links_llama(src or self.src, p) for p in programs)
         side = tuple(str(i) for i in self._llama_side(commit)) if llama else ()
         return (*side, *library_sources(self.work.git, commit, backend))
 
@@ -142,12 +143,9 @@ class TreeBuilder:
         of the series: the patched tree's build beside the lanes (`all`) is their first build."""
         if self.reference is None:
             return ()
-        head = self.target(self.reference)[0]
-        ggml = self.library_key(head, backend, ())
         programs = programs_for(self.work.path, self.series, backend)
-        if not any(buildmod.links_llama(self.work.path, p) for p in programs):
-            return (ggml,)
-        return ggml, (*(str(i) for i in self._llama_side(head)), *ggml)
+        return tuple(dict.fromkeys((self.library_key(self.reference, backend, ()),
+                                    self.library_key(self.reference, backend, programs, self.work.path))))
 
     def label(self, patch: Patch, backend: str, kind: str) -> str:
         """What progress calls a tree's step: the run's position, the patch, its backend and the tree."""

@@ -39,10 +39,11 @@ int calc_feature_c(void);
 """
 CALC_C = """\
 #include "calc.h"
+#include <unistd.h>
 int calc_add(int a, int b) { return a - b; }
 int calc_sub(int a, int b) { return a + b; }
 int calc_mul(int a, int b) { return a * b; }
-int calc_loop(int n) { volatile int i = 0; while (i != n) { i = i * 2; } return i; }
+int calc_loop(int n) { volatile int i = 0; while (i != n) { i = i * 2; usleep(1000); } return i; }
 int calc_feature_a(void) { return 0; }
 int calc_feature_b(void) { return 0; }
 int calc_feature_c(void) { return 0; }

@@ -239,9 +239,11 @@ def test_each_test_command_gets_its_own_limit_on_a_reverted_tree() -> None:
     assert limits == {"test-opt": 30.0, "test-llama-archs --opt": 90.0}
 
 
-SPIN = "int calc_spin(int n) {\n    volatile int left = n;\n    while (left > 0) {\n    }\n    return left;\n}\n"
+# the loop sleeps: a hang costs the machine no CPU while the test waits for its limit
+SPIN = ("#include <unistd.h>\nint calc_spin(int n) {\n    volatile int left = n;\n    while (left > 0) {\n"
+        "        usleep(1000);\n    }\n    return left;\n}\n")
 SPIN_C = CALC_C + filler("tail") + SPIN
-SPIN_FIXED_C = FIXED_C + filler("tail") + SPIN.replace("{\n    }", "{\n        left = left - 1;\n    }")
+SPIN_FIXED_C = FIXED_C + filler("tail") + SPIN.replace("usleep(1000);\n", "usleep(1000);\n        left = left - 1;\n")
 SPIN_H = CALC_H.replace("int calc_mul(int a, int b);\n", "int calc_mul(int a, int b);\nint calc_spin(int n);\n")
 SPIN_TEST = """\
 #include "calc.h"

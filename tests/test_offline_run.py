@@ -168,6 +168,12 @@ def test_a_run_on_a_proven_project_is_taken_by_evidence_update(verified: Project
     assert record["carry_manifest_sha256"] == committed.sha256_file(folder / carry.MANIFEST)
     stem = "0001-calc-add-adds"
     assert json.loads((out / "verify.json").read_text())["patches"][stem]["outcome"] == "proven"
+    # a second run into the same folder would replace this one's record: refused before anything runs
+    kept = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = run_patchset("--project", str(root), "offline", "run", "--backend", "cpu", "--carry", str(folder),
+                         "--out", str(out), "main", "verify", env=env)
+    assert again.returncode == 2 and f"{out / 'verify.json'}: written by an earlier run" in again.stderr, again.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == kept
 
     # back here, in a checkout of the same project without the run's state: what the run wrote is taken
     here = tmp_path / "here"

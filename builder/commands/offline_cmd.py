@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--verify-patches", default=DEFAULTS["verify_patches"], metavar='"N ..."',
                    help="the patches verify proves (default: every patch)")
     r.add_argument("--out", type=Path, metavar="DIR",
-                   help="where the run's files go (default: .patchset/offline-out in the project)")
+                   help="where the run's files go (default: .patchset/offline-out in the project); a file of an "
+                        "earlier run there that this run would write is refused, never replaced")
     r.add_argument("--bootstrap-record", type=Path, metavar="FILE",
                    help="steps run before this command, put first in the run record and counted against the "
                         "deadline: one `NAME<TAB>EXIT<TAB>SECONDS<TAB>COMMAND` a line (tools/gpu/run.sh's venv "

@@ -422,13 +422,32 @@ def check_carry(folder: Path, steps: Sequence[Step]) -> None:
                          "`patchset offline prepare --wheel`")
 
 
+def run_files(steps: Sequence[Step]) -> list[str]:
+    """The files a run of `steps` writes into its --out folder (the log, which it appends to, aside)."""
+    files = [f"run-{run_label(steps[0].word)}.json"]
+    for s in steps:
+        files += {"main": ["test.json", "verify.json"], "verify": ["verify.json"], "sweep": [f"sweep-{s.name}.json"],
+                  "wheel": ["wheel-provenance.json", "wheel-check.txt"]}[s.kind]
+    return list(dict.fromkeys(files))
+
+
+def check_out(folder: Path, steps: Sequence[Step]) -> None:
+    """No file of an earlier run in `folder` that this run would replace; InputError naming it otherwise."""
+    for name in run_files(steps):
+        if (folder / name).exists():
+            raise InputError(f"{folder / name}: written by an earlier run, and this run would replace it: move it "
+                             "away or give another --out")
+
+
 def offline_run(project: Project, options: Options, words: Sequence[str], invocation: str, *,
                 patchset: tuple[str, ...] = PATCHSET, say: Callable[[str], None] = print) -> tuple[int, Path]:
     """Run the steps `words` on this machine from the carry folder: the run's status (0: every step
     passed; 1: one failed, was stopped or skipped) and its record. Bad input (an unknown step, no carry
-    folder, a tool missing) is refused before anything runs or is written."""
+    folder, a tool missing, a file of an earlier run in the out folder) is refused before anything runs or is
+    written."""
     steps = parse_steps(words)
     check_carry(options.carry, steps)
+    check_out(options.out, steps)
     env = machine_env(options.backend)
     runner = Runner(project, options, invocation, patchset=patchset, say=say, env=env)
     options.out.mkdir(parents=True, exist_ok=True)

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from test_verify import project_dir  # noqa: F401 (the fixture)
 
+from builder.compile import cmakebuild
 from builder.compile.jobserver import Jobserver
 from builder.gitrepo import GitRepo, init_repo
 from builder.project import load_project
 from builder.prove import evidence, trees
 from builder.prove.schedule import Beside, FirstBuilds, lanes_for, run_lanes
+from builder.prove.treebuild import lane_build_dir
 from builder.prove.verdicts import VerifyReport
 from builder.prove.verifier import Verifier
 from builder.prove.verify import verify
@@ -210,6 +212,43 @@ def test_the_patched_trees_build_is_the_first_of_the_series_heads_library_key(pr
     keys = b.head_keys("cpu")
     assert b.library_key(b.target(made[max(made)].after)[0], "cpu", ("test-add",)) in keys
     assert b.library_key(b.target(made[min(made)].parent)[0], "cpu", ("test-add",)) not in keys
+
+
+def test_a_lane_compiles_its_own_test_program_while_the_libraries_are_built_beside(project_dir: Path,  # noqa: F811
+                                                                                      tmp_path: Path) -> None:
+    """While a lane's first build waits for the libraries of the build beside it (`all` on 8 job slots or more),
+    it compiles the objects of its test programs whose source is not the head's (the build beside makes the
+    head's): the program's objects only, nothing linked, each version in one lane; not once the libraries are
+    built. On 16 cores patch 4's lane compiled test-backend-ops.cpp (17 s) only after those libraries."""
+    root = tmp_path / "p"
+    shutil.copytree(project_dir, root)
+    project = load_project(root=root, cache_dir=tmp_path / "cache")
+    apply(project)
+    v = Verifier(project)
+    one = v.make_trees()[1]
+    b = v.builder
+    # a head without patch 1's test-add.cpp: that version is not the one the build beside compiles
+    b.reference = one.parent
+    b.first_builds = FirstBuilds()
+    libraries_built = b.first_builds.ahead("cpu")
+    b.checkout(one.after)
+    spec = cmakebuild.BuildSpec(source=b.src, build_dir=lane_build_dir(project, "cpu", 0), backend="cpu",
+                                targets="minimal", programs=("test-add",), build_targets=("test-add",), jobs=2,
+                                platform_cache=project.platform_cache)
+    b.compile_ahead(spec, one.after, "cpu")
+    (obj,) = spec.build_dir.rglob("test-add.cpp.o")
+    assert not (spec.build_dir / "bin" / "test-add").exists()
+    assert not [p for p in spec.build_dir.rglob("*") if p.suffix in (".a", ".so")]
+    assert cmakebuild.built_from(spec.build_dir) is None  # not recorded as a built folder
+    # the same version is compiled by one lane only, and by none once the libraries are built
+    obj.unlink()
+    b.compile_ahead(spec, one.after, "cpu")
+    assert not obj.exists()
+    b.first_builds = FirstBuilds()
+    b.first_builds.ahead("cpu")()
+    b.compile_ahead(spec, one.after, "cpu")
+    assert not obj.exists()
+    libraries_built()
 
 
 def test_an_error_beside_the_lanes_is_raised_after_them() -> None:

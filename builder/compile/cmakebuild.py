@@ -95,6 +95,10 @@ class BuildSpec:
     libraries_only: bool = False
     """Only the libraries the test programs link (`library_targets`), and no record that the folder is built:
     the first step of a build whose libraries others wait for (`build_libraries_first`)."""
+    objects_of: tuple[str, ...] = ()
+    """Only the objects of these test programs (`<program>-objects` of the minimal build, which need no library),
+    and no record that the folder is built: what a proof's lane compiles while it waits for the libraries of a
+    build beside it (builder/prove/treebuild.py `compile_ahead`)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,8 @@ def ninja_targets(spec: BuildSpec) -> tuple[str, ...]:
     compile the test sources first (see builder/cmake/CMakeLists.txt)."""
     if spec.libraries_only:
         return library_targets(spec)
+    if spec.objects_of:
+        return tuple(f"{p}-objects" for p in spec.objects_of)
     if not spec.build_targets:
         return ()
     if spec.targets != "minimal":
@@ -393,7 +399,7 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
         env = {**(env or {}), "MAKEFLAGS": spec.jobserver, "CMAKE_BUILD_PARALLEL_LEVEL": ""}
     else:
         cmd += ["--parallel", str(jobs)]
-    if spec.build_targets or spec.libraries_only:
+    if spec.build_targets or spec.libraries_only or spec.objects_of:
         cmd += ["--target", *ninja_targets(spec)]
     r = proc.stream(cmd, log_file=log, on_line=on_line, env=env, timeout=limit)
     if bar_started:
@@ -404,7 +410,7 @@ def _build(spec: BuildSpec, progress: ProgressSink, llama: tuple[str, ...], llam
     if r.returncode != 0 or r.timed_out:
         return _failed(spec, log, start, cmake, ninja, ccache, configured=configured, delta=delta,
                        timed_out_s=limit if r.timed_out else None)
-    if not spec.libraries_only:
+    if not spec.libraries_only and not spec.objects_of:
         atomic_write_text(_built_path(spec.build_dir), json.dumps(
             {"source": str(spec.source), "commit": spec.source_commit, "tree": spec.source_tree}, indent=1) + "\n")
     return BuildResult(

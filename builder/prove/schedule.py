@@ -96,6 +96,7 @@ class FirstBuilds:
         self._lock = threading.Lock()
         self._built: dict[Hashable, threading.Event] = {}
         self._ahead: dict[str, threading.Event] = {}
+        self._claimed: set[Hashable] = set()
 
     def ahead(self, backend: str, keys: Iterable[Hashable] = ()) -> Callable[[], None]:
         """Every first build on `backend` from now waits until the returned function is called; it is the first
@@ -106,6 +107,20 @@ class FirstBuilds:
             for key in keys:
                 self._built.setdefault(key, done)
         return done.set
+
+    def waits_ahead(self, backend: str) -> bool:
+        """Whether a first build on `backend` would wait now for a build `ahead` of it."""
+        with self._lock:
+            before = self._ahead.get(backend)
+        return before is not None and not before.is_set()
+
+    def claim(self, key: Hashable) -> bool:
+        """True for the first caller with `key` (an object one lane compiles for all: `TreeBuilder.compile_ahead`)."""
+        with self._lock:
+            if key in self._claimed:
+                return False
+            self._claimed.add(key)
+            return True
 
     @contextmanager
     def first(self, key: Hashable, backend: str | None = None,

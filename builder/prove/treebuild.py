@@ -220,6 +220,7 @@ class TreeBuilder:
         # a lane's first build: after another lane's of the same libraries, from the compiler cache
         first: AbstractContextManager[object] = nullcontext()
         if self.first_builds is not None and self.last_build is None and not reuse:
+            self.compile_ahead(specs[0], commit, backend)
             first = self.first_builds.first(self.library_key(self.target(commit)[0], backend, present), backend,
                                             self.idle)
         with first:
@@ -241,6 +242,24 @@ class TreeBuilder:
                 timeout=self.timeout if timeout is None else timeout, progress=self.progress,
                 label=self.label(patch, backend, kind), gate=self.test_gate)
         return self._step(kind, commit, run)
+
+    def compile_ahead(self, spec: buildmod.BuildSpec, commit: str, backend: str) -> None:
+        """While the lane's first build waits for the libraries of the build beside the lanes (`all` on 8 job
+        slots or more): compile the objects of the tree's test programs whose source is not the series head's
+        (that build makes the head's), each version in one lane only. A failure here is left to the build after."""
+        if self.first_builds is None or self.reference is None or not self.first_builds.waits_ahead(backend):
+            return
+        git = self.work.git
+        target = self.target(commit)[0]
+        mine = []
+        for program in spec.build_targets:
+            blob = git.blob(target, f"tests/{program}.cpp")
+            if blob is None or blob == git.blob(self.reference, f"tests/{program}.cpp"):
+                continue
+            if self.first_builds.claim((backend, program, blob)):
+                mine.append(program)
+        if mine:
+            buildmod.build(dataclasses.replace(spec, objects_of=tuple(mine)), self.progress)
 
     def _step(self, kind: str, commit: str, run: runner.TreeRun) -> ev.Step:
         """The evidence's record of one tree's run."""

@@ -113,6 +113,13 @@ def run_line(label: str, rc: int, wall: float, cpu: float, data: dict, cores: in
             f"{reused.get('phases', 0)} of {reused.get('of', 0)} phase(s); ccache {cache_text(data.get('ccache'))}")
 
 
+def which_builder() -> str:
+    """The folder of the `builder` package a `python -m builder.cli` started from here imports."""
+    r = subprocess.run([sys.executable, "-c", "import builder, os; print(os.path.dirname(builder.__file__))"],
+                       capture_output=True, text=True, check=False)
+    return r.stdout.strip() or f"none ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output'})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--project", type=Path, default=ROOT, help="the project to clone (default: this one)")
@@ -125,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="patchset-first-run-"))
     cores = os.cpu_count() or 1
+    # the code the runs import, as they import it (this Python, this folder, this environment): two versions
+    # side by side are two folders, and a module imported early (a sitecustomize) once made both the same
+    print(f"code: {which_builder()}", flush=True)
     try:
         plan = [] if args.no_sequential else [("sequential", "seq", 1)]
         plan += [("concurrent", "con", args.lanes), ("warm", "con", args.lanes)]

@@ -238,7 +238,7 @@ def test_a_lane_compiles_its_own_test_program_while_the_libraries_are_built_besi
     b.compile_ahead(spec, one.after, "cpu")
     (obj,) = spec.build_dir.rglob("test-add.cpp.o")
     assert not (spec.build_dir / "bin" / "test-add").exists()
-    assert not [p for p in spec.build_dir.rglob("*") if p.suffix in (".a", ".so")]
+    assert not list(spec.build_dir.rglob("calc.c.o"))  # nor the library's (ggml's) objects
     assert cmakebuild.built_from(spec.build_dir) is None  # not recorded as a built folder
     # the same version is compiled by one lane only, and by none once the libraries are built
     obj.unlink()

@@ -108,11 +108,15 @@ class FirstBuilds:
                 self._built.setdefault(key, done)
         return done.set
 
+    def _pending(self, backend: str | None) -> threading.Event | None:
+        """The build `ahead` on `backend` while it has not released the first builds; else None."""
+        with self._lock:
+            before = self._ahead.get(backend) if backend is not None else None
+        return before if before is not None and not before.is_set() else None
+
     def waits_ahead(self, backend: str) -> bool:
         """Whether a first build on `backend` would wait now for a build `ahead` of it."""
-        with self._lock:
-            before = self._ahead.get(backend)
-        return before is not None and not before.is_set()
+        return self._pending(backend) is not None
 
     def claim(self, key: Hashable) -> bool:
         """True for the first caller with `key` (an object one lane compiles for all: `TreeBuilder.compile_ahead`)."""
@@ -128,9 +132,8 @@ class FirstBuilds:
         """Around a lane's first build of a tree with library `key` on `backend`: true for the lane that builds it
         first; any other waits here for that build's end (whether it built or not) before it yields false. Each
         first waits for a build `ahead` of it on its backend. `idle` is held while it waits."""
-        with self._lock:
-            before = self._ahead.get(backend) if backend is not None else None
-        if before is not None and not before.is_set():
+        before = self._pending(backend)
+        if before is not None:
             with idle():
                 _wait(before, "waiting for the patched tree's libraries")
         with self._lock:

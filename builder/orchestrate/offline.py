@@ -54,6 +54,9 @@ SKIP_MARGIN_S = 5
 STOPPED = 124
 """The exit code recorded for a step stopped at the deadline (timeout(1)'s)."""
 STEP_WORDS = "main, verify, sweep:NAME:OPS, wheel"
+TEST_JSON, VERIFY_JSON = "test.json", "verify.json"
+WHEEL_FILES = ("wheel-provenance.json", "wheel-check.txt")
+"""What the steps write into --out, beside `sweep_json` and the run record (`run_files` reads them too)."""
 PATCHSET = (sys.executable, "-m", "builder.cli")
 """How a step runs patchset: this Python, this package (a checkout installed editable runs its own code)."""
 TOOLS = ("git", "cmake", "c++")
@@ -251,7 +254,7 @@ class Runner:
         for s in steps:
             if s.kind == "main":
                 if self.ok("build", self.ps("build", "--backend", o.backend, *self.arch())):
-                    self.ok("test", self.ps("test", "--backend", o.backend, "--json", o.out / "test.json"))
+                    self.ok("test", self.ps("test", "--backend", o.backend, "--json", o.out / TEST_JSON))
                     self.verify_step()
             elif s.kind == "verify":
                 self.verify_step()
@@ -261,7 +264,7 @@ class Runner:
                 mode = ["--mode", "test"] if o.backend == "cuda" else []
                 self.ok(f"sweep-{s.name}", self.ps("test", "--against", "upstream", "--backend", o.backend, *mode,
                                                    *sel, *workers, *self.arch(), "--json",
-                                                   o.out / f"sweep-{s.name}.json"))
+                                                   o.out / sweep_json(s.name)))
             else:
                 self.wheel_step()
         return self.status
@@ -277,7 +280,7 @@ class Runner:
             self.status = max(self.status, 1)
             return
         doc = verify_evidence(self.project, o.backend, o.verify_patches)
-        atomic_write_text(o.out / "verify.json", json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(o.out / VERIFY_JSON, json.dumps(doc, indent=1) + "\n")
 
     def wheel_step(self) -> None:
         o = self.options
@@ -312,7 +315,7 @@ class Runner:
             try:
                 prov = proc.run([python, "-m", "llama_cpp.patchset", "--json"], cwd=Path(empty), check=False,
                                 timeout=max(1, self.left()))
-                atomic_write_text(o.out / "wheel-provenance.json", prov.stdout)
+                atomic_write_text(o.out / WHEEL_FILES[0], prov.stdout)
                 with self.log.open("a", encoding="utf-8") as f:
                     f.write(prov.stderr)
                 if prov.returncode != 0:
@@ -326,7 +329,7 @@ class Runner:
         lines.append(f"== wheel-check: exit {check.exit} in {check.seconds}s" if check.exit is not None
                      else "== wheel-check: skipped, deadline reached")
         lines += [f"{p.stat().st_size:>12} {p.name}" for p in sorted(dist.iterdir())]
-        atomic_write_text(o.out / "wheel-check.txt", "\n".join(lines) + "\n")
+        atomic_write_text(o.out / WHEEL_FILES[1], "\n".join(lines) + "\n")
 
     # -- the record -----------------------------------------------------------------------------------
     def record(self) -> dict:
@@ -422,12 +425,17 @@ def check_carry(folder: Path, steps: Sequence[Step]) -> None:
                          "`patchset offline prepare --wheel`")
 
 
+def sweep_json(name: str) -> str:
+    """The file a `sweep:NAME:OPS` step writes."""
+    return f"sweep-{name}.json"
+
+
 def run_files(steps: Sequence[Step]) -> list[str]:
     """The files a run of `steps` writes into its --out folder (the log, which it appends to, aside)."""
     files = [f"run-{run_label(steps[0].word)}.json"]
     for s in steps:
-        files += {"main": ["test.json", "verify.json"], "verify": ["verify.json"], "sweep": [f"sweep-{s.name}.json"],
-                  "wheel": ["wheel-provenance.json", "wheel-check.txt"]}[s.kind]
+        files += {"main": [TEST_JSON, VERIFY_JSON], "verify": [VERIFY_JSON], "sweep": [sweep_json(s.name)],
+                  "wheel": list(WHEEL_FILES)}[s.kind]
     return list(dict.fromkeys(files))
 
 

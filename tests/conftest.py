@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import forkcli
 import pytest
 from helpers import (
     Proj,
@@ -99,9 +100,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def _cpu_seconds() -> float:
-    """CPU seconds of this process and of the processes it has waited for (their own children included)."""
+    """CPU seconds of this process, of the processes it has waited for (their own children included) and of
+    the `patchset` calls forked for it (tests/forkcli.py)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forkcli.CALLS.cpu_s
 
 
 @pytest.hookimpl(tryfirst=True)

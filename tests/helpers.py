@@ -13,6 +13,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import forkcli
+
 from builder.compile import metalcheck, objc_toolchain
 from builder.errors import BuildError
 from builder.gitrepo import GitRepo, init_repo
@@ -426,9 +428,9 @@ def patchset_argv() -> list[str]:
 
 def run_patchset(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
                  ) -> subprocess.CompletedProcess[str]:
-    """`patchset ARGS` in a process of its own (never in another cwd), with extra environment."""
-    return subprocess.run([*patchset_argv(), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, check=False, timeout=timeout)
+    """`patchset ARGS` in a process of its own (never in another cwd), with extra environment: forked from a
+    process that imported patchset once (tests/forkcli.py)."""
+    return forkcli.run(list(args), {**os.environ, **(env or {})}, timeout, patchset_argv())
 
 
 def start_patchset(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

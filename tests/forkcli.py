@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 IMPORT_TIME = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM", "COLORTERM", "TTY_COMPATIBLE",
@@ -65,30 +66,33 @@ def _recv(conn: socket.socket, nfds: int = 0) -> tuple[object, list[int]]:
 
 # -- the server ------------------------------------------------------------------------------------------
 def _child(req: dict, fds: list[int]) -> None:
-    """In the forked process: become the call's `patchset` and exit with its status."""
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.chdir(req["cwd"])
-    os.environ.clear()
-    os.environ.update(req["env"])
-    sys.argv = ["patchset", *req["argv"]]
-    from builder.cli import main  # noqa: PLC0415 (imported already: a name, not a load)
-
+    """In the forked process: become the call's `patchset` and exit with its status. Its signal dispositions are
+    the server's: what a process the caller starts inherits (SIGINT ignored under a shell's background job)."""
+    code = 1
     try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.argv = ["patchset", *req["argv"]]
+        from builder.cli import main  # noqa: PLC0415 (imported already: a name, not a load)
+
         code = main(req["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-    threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit, then atexit
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code & 0xFF)
+    except BaseException:  # as an uncaught exception ends a fresh process: its traceback, exit 1
+        traceback.print_exc()
+    finally:
+        threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit, then atexit
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code & 0xFF)
 
 
 def _serve_one(listener: socket.socket, conn: socket.socket) -> None:

@@ -84,10 +84,17 @@ def test_move_that_does_not_apply_changes_nothing(applied: Proj) -> None:
 
 def test_mark_sets_the_upstream_trailer(applied: Proj) -> None:
     url = "https://github.com/ggml-org/llama.cpp/pull/4242"
+    before = {name: (applied.patches / name).read_text() for name in STANDARD_NAMES}
     rc, out = ps(applied, "mark", "1", "sent", url)
     assert rc == 0, out
     p1 = load_series(applied.patches).patches[0]
     assert p1.meta.upstream == "sent" and url in (applied.patches / STANDARD_NAMES[0]).read_text()
+    # the later patches made again on the new patch 1 with their authors, dates and messages: the same bytes;
+    # patch 1 the same but for its trailer
+    for name in STANDARD_NAMES[1:]:
+        assert (applied.patches / name).read_text() == before[name]
+    first = (applied.patches / STANDARD_NAMES[0]).read_text()
+    assert set(first.splitlines()) - set(before[STANDARD_NAMES[0]].splitlines()) == {f"Patchset-Upstream: sent {url}"}
     assert "Patchset-Status" not in (applied.patches / STANDARD_NAMES[0]).read_text()
     assert (applied.patches / STANDARD_NAMES[1]).read_text().count("Patchset-Upstream") == 0  # only patch 1
     in_step(applied)

@@ -35,20 +35,19 @@ from builder.series import movesnap
 from builder.series.journal import (
     EditResult,
     Recovery,
-    _author_env,
     _commit,
     _edit_file,
     _in_step,
     _is_ancestor,
     _journal,
     _listed,
-    _message,
     _on_patch,
     _replay,
     _rewrite,
     _series_commits,
     _subject,
     _write_back,
+    commit_facts,
     editing,
     next_recovery_ref,
     recover,
@@ -151,10 +150,12 @@ def mark(project: Project, n: int, state: str, value: str) -> EditResult:
     with _on_patch(project, "mark", n) as (work, head, commits, i):
         git = work.git
         parent = commits[i - 1] if i else git.out("rev-parse", UPSTREAM)
-        msg = set_upstream_trailer(_message(git, commits[i]), text)
-        tip = _commit(git, git.tree_of(commits[i]), parent, msg, _author_env(git, commits[i]))
+        facts = commit_facts(git, commits[i:])
+        marked = facts[commits[i]]
+        msg = set_upstream_trailer(marked.message, text)
+        tip = _commit(git, marked.tree, parent, msg, marked.author_env)
         for c in commits[i + 1:]:  # the same trees on the new parent
-            tip = _commit(git, git.tree_of(c), tip, _message(git, c), _author_env(git, c))
+            tip = _commit(git, facts[c].tree, tip, facts[c].message, facts[c].author_env)
         return _rewrite(project, work, "mark", head, tip)
 
 

@@ -159,11 +159,11 @@ def recoveries(git: GitRepo) -> list[Recovery]:
     """The recovery refs of the series verbs, oldest first."""
     out = git.out("for-each-ref", "--format=%(refname) %(objectname)", UNDO_PREFIX)
     found = []
+    base = git.rev(f"refs/heads/{UPSTREAM}") if out else None
     for line in out.splitlines():
         ref, commit = line.split()
         name = ref[len(UNDO_PREFIX):]
         verb = name.split("-", 1)[1] if "-" in name else name
-        base = git.rev(f"refs/heads/{UPSTREAM}")
         n = len(git.commits(f"{base}..{commit}")) if base and _is_ancestor(git, base, commit) else -1
         found.append(Recovery(ref, commit, verb, n))
     return sorted(found, key=lambda r: r.ref)
@@ -182,13 +182,29 @@ def next_recovery_ref(git: GitRepo, verb: str) -> str:
 
 
 # -- making commits without touching the work tree -------------------------------------------------
-def _author_env(git: GitRepo, commit: str) -> dict[str, str]:
-    name, email, date = git.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
-    return {**COMMITTER, "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+@dataclass(frozen=True)
+class CommitFacts:
+    """What a commit made again elsewhere keeps: its tree, message and author."""
+
+    tree: str
+    message: str
+    author_env: dict[str, str]
+    """commit-tree's environment: the author's name, email and date, and the committer patchset is."""
 
 
-def _message(git: GitRepo, commit: str) -> str:
-    return git.run("log", "-1", "--format=%B", commit).stdout.rstrip("\n") + "\n"
+def commit_facts(git: GitRepo, commits: list[str]) -> dict[str, CommitFacts]:
+    """The facts of each of `commits` (full ids), read by one `git log` (a commit message holds no NUL byte)."""
+    if not commits:
+        return {}
+    out = git.run("log", "-z", "--no-walk=unsorted", "--date=raw",
+                  "--format=%H%x00%T%x00%an%x00%ae%x00%ad%x00%B", *commits).stdout
+    fields = out.split("\0")
+    facts = {}
+    for at in range(0, len(fields) - 1, 6):  # each record ends in a NUL: an empty field after the last
+        commit, tree, name, email, date, message = fields[at:at + 6]
+        facts[commit] = CommitFacts(tree, message.rstrip("\n") + "\n", {
+            **COMMITTER, "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date})
+    return facts
 
 
 def _subject(git: GitRepo, commit: str) -> str:
@@ -204,17 +220,18 @@ def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
     """`commits` applied one by one on `onto` (a 3-way apply of each one's diff in a scratch
     index), keeping message and author; the new tip. ConflictError names the first that does not apply."""
     tip = onto
+    facts = commit_facts(git, commits)
     with tempfile.TemporaryDirectory(prefix="patchset-replay-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git.run("read-tree", tip, env=env)  # then it holds each new tip's tree, written from it
         for c in commits:
-            git.run("read-tree", tip, env=env)
             diff = git.run("diff", "--binary", "--full-index", "--no-renames", f"{c}^", c).stdout
             if diff:
                 r = git.run("apply", "--cached", "--3way", "-", env=env, input_text=diff, check=False)
                 if r.returncode != 0 or git.out("ls-files", "--unmerged", env=env):
                     raise ConflictError(f"patch {names.get(c, '?')} ({_subject(git, c)}) does not apply there; {then}")
             tree = git.out("write-tree", env=env)
-            tip = _commit(git, tree, tip, _message(git, c), _author_env(git, c))
+            tip = _commit(git, tree, tip, facts[c].message, facts[c].author_env)
     return tip
 
 

@@ -170,8 +170,12 @@ class _Server:
         atexit.register(self.close)
 
     def close(self) -> None:
-        self.proc.terminate()  # it waits for the calls still running, then ends
-        self.proc.wait()
+        self.proc.terminate()  # it waits for the calls still running, then ends; a call left hanging is not waited for
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         for name in os.listdir(self.dir):
             os.unlink(os.path.join(self.dir, name))
         os.rmdir(self.dir)

@@ -77,6 +77,10 @@ class GitRepo:
     def tree_of(self, ref: str) -> str:
         return self.out("rev-parse", f"{ref}^{{tree}}")
 
+    def subject(self, commit: str) -> str:
+        """The first line of `commit`'s message."""
+        return self.out("log", "-1", "--format=%s", commit)
+
     def commits(self, range_: str) -> list[str]:
         """Commit ids in `range_`, oldest first."""
         text = self.out("rev-list", "--reverse", range_)

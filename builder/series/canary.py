@@ -278,7 +278,7 @@ def canary(project: Project, new: str = "HEAD", old: str = "", step: int = 1, sc
         # the newest commit tried where every patch applies: the one before the first that breaks one
         first_bad = min((tried.index(p.broken_at.id) for p in rows if p.broken_at), default=len(tried))
         whole = tried[first_bad - 1] if first_bad else old_id
-        return CanaryReport(old_id, new_id, len(line), step, len(tables), whole, _subject(sc.git, whole), scan,
+        return CanaryReport(old_id, new_id, len(line), step, len(tables), whole, sc.git.subject(whole), scan,
                             tuple(rows), checked if check else "", len(verdicts))
 
 
@@ -406,11 +406,7 @@ def _commit(git: GitRepo, commit: str, files: list[tuple[str, bytes, list[tuple[
             row: PatchReport) -> Commit:
     mine = {p for p, _h, _l in files} | {r.split(" -> ")[-1] for r in row.renamed}
     changed = list(dict.fromkeys(p for _s, p in _changed(git, commit)))
-    return Commit(commit, _subject(git, commit), tuple(p for p in changed if p in mine) or tuple(changed))
-
-
-def _subject(git: GitRepo, commit: str) -> str:
-    return git.out("log", "-1", "--format=%s", commit)
+    return Commit(commit, git.subject(commit), tuple(p for p in changed if p in mine) or tuple(changed))
 
 
 def _history(git: GitRepo, urls: list[str], pin_commit: str, new: str, old: str) -> str:

@@ -45,7 +45,6 @@ from builder.series.journal import (
     _replay,
     _rewrite,
     _series_commits,
-    _subject,
     _write_back,
     commit_facts,
     editing,
@@ -171,7 +170,7 @@ def _start_edit(work: WorkRepo, tip: str, n: int, at: str, rest: list[str], verb
     atomic_write_text(_edit_file(work), json.dumps({"index": n, "commit": at, "rest": rest, "tip": tip,
                                                     "ref": ref}, indent=1) + "\n")
     work.git.run("checkout", "--quiet", "--force", "-B", PATCHED, at)
-    return EditResult(verb, ref, editing=_subject(work.git, at), work_tree=work.path)
+    return EditResult(verb, ref, editing=work.git.subject(at), work_tree=work.path)
 
 
 def author_ident(project: Project, author: str = "") -> dict[str, str]:
@@ -215,7 +214,7 @@ def finish_edit(project: Project, work: WorkRepo) -> str:
     done = ed.get("result")
     if done and work.head() == done:  # killed after moving the branch: only the record is left
         _edit_file(work).unlink(missing_ok=True)
-        return _subject(git, done)
+        return git.subject(done)
     if git.current_branch() != PATCHED:
         raise WorkTreeError(f"{work.path}: patch {ed['index']} is being edited on '{PATCHED}', but another branch "
                             "is checked out: check out 'patched' again")
@@ -238,9 +237,9 @@ def finish_edit(project: Project, work: WorkRepo) -> str:
         git.run("checkout", "--quiet", "--force", "-B", PATCHED, tip)
     _edit_file(work).unlink(missing_ok=True)
     if git.tree_of(head) == git.tree_of(parent or head):
-        raise SeriesError(f"patch {ed['index']} ({_subject(git, head)}) changes nothing: make its change in "
+        raise SeriesError(f"patch {ed['index']} ({git.subject(head)}) changes nothing: make its change in "
                           f"{work.path} and refresh again, or `patchset drop {ed['index']}`")
-    return _subject(git, head)
+    return git.subject(head)
 
 
 def undo(project: Project) -> UndoResult:

@@ -207,10 +207,6 @@ def commit_facts(git: GitRepo, commits: list[str]) -> dict[str, CommitFacts]:
     return facts
 
 
-def _subject(git: GitRepo, commit: str) -> str:
-    return git.out("log", "-1", "--format=%s", commit)
-
-
 def _commit(git: GitRepo, tree: str, parent: str, message: str, env: dict[str, str]) -> str:
     return git.run("commit-tree", tree, "-p", parent, "-F", "-", input_text=message, env=env).stdout.strip()
 
@@ -229,7 +225,7 @@ def _replay(git: GitRepo, onto: str, commits: list[str], names: dict[str, int],
             if diff:
                 r = git.run("apply", "--cached", "--3way", "-", env=env, input_text=diff, check=False)
                 if r.returncode != 0 or git.out("ls-files", "--unmerged", env=env):
-                    raise ConflictError(f"patch {names.get(c, '?')} ({_subject(git, c)}) does not apply there; {then}")
+                    raise ConflictError(f"patch {names.get(c, '?')} ({git.subject(c)}) does not apply there; {then}")
             tree = git.out("write-tree", env=env)
             tip = _commit(git, tree, tip, facts[c].message, facts[c].author_env)
     return tip
